@@ -1,0 +1,48 @@
+# Two commands set up a fresh machine: `make demo` and `make test`.
+# Each installs what it needs (system packages through apt when missing, and a
+# virtual environment in .venv with the package in editable mode); a second run
+# skips what is done.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.pgsync-installed
+
+.PHONY: demo test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
+
+demo: deps venv
+	$(PY) dev/demo.py
+
+test: deps venv lint typecheck pytest
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+typecheck: venv
+	$(VENV)/bin/mypy airflow_provider_pgsync dev
+
+pytest: deps venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+deps:
+	@bash dev/install-system.sh
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+pg-start: venv
+	$(PY) dev/pg.py start
+
+pg-stop: venv
+	$(PY) dev/pg.py stop
+
+pg-status: venv
+	$(PY) dev/pg.py status
+
+clean: pg-stop
+	rm -rf .dev

@@ -1,0 +1,110 @@
+"""The error hierarchy of pgsync.
+
+Every error says what went wrong with which object and how to fix it. ``retryable``
+tells an orchestrator whether running the same task again may succeed without a
+human changing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class PgSyncError(Exception):
+    """Base class of every error pgsync raises on purpose."""
+
+    retryable: bool = False
+
+
+class ConfigError(PgSyncError):
+    """A name, option or argument given by the user is not acceptable."""
+
+
+class DecodeError(PgSyncError):
+    """A pgoutput payload is malformed: names the message tag and the byte offset."""
+
+    def __init__(self, reason: str, *, tag: str | None, offset: int) -> None:
+        self.reason = reason
+        self.tag = tag
+        self.offset = offset
+        where = f"message {tag!r}" if tag is not None else "message"
+        super().__init__(f"cannot decode pgoutput {where} at byte {offset}: {reason}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the source is not fit for replication, with the fix."""
+
+    subject: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.problem}\n    fix: {self.fix}"
+
+
+class PreflightError(PgSyncError):
+    """The source database is not fit for logical replication; lists every problem found."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        lines = [f"preflight found {len(self.problems)} problem(s):"]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class SlotError(PgSyncError):
+    """A replication slot is missing, lost, in use or otherwise unusable."""
+
+
+class SourceUnavailableError(PgSyncError):
+    """The source server could not be reached; running again later may succeed."""
+
+    retryable = True
+
+
+class StateError(PgSyncError):
+    """The pipeline state is malformed or forbids the requested change."""
+
+
+class PhaseTransitionError(StateError):
+    """A table was asked to move between two phases that the state machine does not connect."""
+
+    def __init__(self, table: str, from_phase: str, to_phase: str, remedy: str) -> None:
+        self.table = table
+        self.from_phase = from_phase
+        self.to_phase = to_phase
+        super().__init__(f"table {table}: illegal phase transition {from_phase} -> {to_phase}; {remedy}")
+
+
+class StateConflictError(StateError):
+    """Another task run saved the pipeline state between this run's load and save."""
+
+    retryable = True
+
+    def __init__(self, pipeline: str, expected: int, found: int | None) -> None:
+        self.pipeline = pipeline
+        self.expected = expected
+        self.found = found
+        now = "it no longer exists" if found is None else f"found version {found}"
+        super().__init__(
+            f"state of pipeline {pipeline!r} was updated by another task run: expected version "
+            f"{expected}, {now}; rerun the task so it reloads the state"
+        )
+
+
+class LockTimeoutError(PgSyncError):
+    """An advisory lock stayed held by another session for longer than the wait allowed."""
+
+    retryable = True
+
+
+class ChangelogError(PgSyncError):
+    """A changelog segment is malformed, missing or does not match what was asked for."""
+
+
+class ChangelogStorageError(ChangelogError):
+    """The changelog's filesystem failed to read or write a segment; running again may succeed."""
+
+    retryable = True

@@ -1,0 +1,479 @@
+"""PgReplicationHook: the source side of logical replication, on top of PostgresHook.
+
+All I/O with the source lives here: fitness checks, the publication, the pgoutput slot,
+bounded peeks and advances. Decisions are made by pure modules (``source.preflight``,
+``source.publication``); identifiers only reach SQL through ``psycopg.sql``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg import sql
+from psycopg.adapt import AdaptersMap, Dumper, Loader
+from psycopg.pq import Format
+from psycopg.rows import tuple_row
+
+from airflow_provider_pgsync.errors import ConfigError, PreflightError, SlotError, SourceUnavailableError
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.source.preflight import SourceFacts, TableFacts, find_problems
+from airflow_provider_pgsync.source.publication import (
+    PublishedTable,
+    normalise_filter,
+    published_tables,
+    table_list_sql,
+)
+
+PG_LSN_OID = 3220
+# Every operation; changes of partitions arrive under the partitioned table configured.
+_PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
+PeekedRow = tuple[LSN, int, bytes]
+"""One row of a peek: the LSN PostgreSQL reports for it, the transaction id, the pgoutput payload."""
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """A replication slot as ``pg_replication_slots`` shows it, with the WAL it retains."""
+
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active: bool
+    wal_status: str | None
+    restart_lsn: LSN | None
+    confirmed_flush_lsn: LSN | None
+    retained_bytes: int | None
+
+    @property
+    def lost(self) -> bool:
+        return self.wal_status == "lost"
+
+
+@dataclass(frozen=True)
+class SlotCreation:
+    """The outcome of ``ensure_slot``: whether it was created now, and where it starts."""
+
+    name: str
+    created: bool
+    consistent_point: LSN | None
+
+
+@dataclass(frozen=True)
+class WalPositions:
+    """The server's current WAL flush and insert positions."""
+
+    flush: LSN
+    insert: LSN
+
+
+class PgReplicationHook(PostgresHook):
+    """Logical replication from a PostgreSQL source through a pgoutput slot.
+
+    :param postgres_conn_id: the Airflow connection of the source database.
+    """
+
+    hook_name = "PostgreSQL logical replication (pgsync)"
+
+    # ---- connections -------------------------------------------------------------------
+
+    def connect(self, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+        """A new psycopg 3 connection to the source with pg_lsn mapped to ``LSN``."""
+        try:
+            conn = self.get_conn()
+        except psycopg.OperationalError as exc:
+            target = self._describe_target()
+            raise SourceUnavailableError(
+                f"cannot connect to the source {target}: {str(exc).strip()}; check that the server "
+                f"runs and connection {getattr(self, self.conn_name_attr)!r} is right"
+            ) from exc
+        if not isinstance(conn, psycopg.Connection):
+            raise ConfigError(
+                "PgReplicationHook needs psycopg 3 (PostgresHook falls back to psycopg2 only when "
+                "SQLAlchemy 2 is missing): install 'sqlalchemy>=2' and 'psycopg[binary]>=3.2'"
+            )
+        conn.row_factory = tuple_row
+        conn.autocommit = autocommit
+        register_lsn(conn.adapters)
+        return conn
+
+    def _describe_target(self) -> str:
+        c = self.connection
+        return f"{c.host}:{c.port or 5432}/{self.database or c.schema}"
+
+    def _fetchone(self, query: sql.Composable | str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+        with self.connect() as conn:
+            row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+        if row is None:
+            raise SlotError(f"query returned no row: {query!r}")
+        return row
+
+    # ---- preflight ---------------------------------------------------------------------
+
+    def source_facts(self, *, slot_name: str, tables: Iterable[Any], publication_name: str) -> SourceFacts:
+        """Read what ``source.preflight`` needs to judge the source."""
+        slot_name = validate_slot_name(slot_name)
+        publication_name = validate_publication_name(publication_name)
+        specs = published_tables(tables)
+        with self.connect() as conn:
+            row = conn.execute(
+                """
+                SELECT current_database(), current_user,
+                       current_setting('server_version_num')::int, current_setting('wal_level'),
+                       r.rolsuper, r.rolreplication,
+                       has_database_privilege(current_database(), 'CREATE'),
+                       current_setting('max_replication_slots')::int,
+                       (SELECT count(*) FROM pg_replication_slots)::int
+                FROM pg_roles r WHERE r.rolname = current_user
+                """
+            ).fetchone()
+            assert row is not None
+            slot = conn.execute(
+                "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot_name,)
+            ).fetchone()
+            pub = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication_name,))
+            publication_exists = pub.fetchone() is not None
+            table_facts = tuple(_table_facts(conn, spec.table, publication_name) for spec in specs)
+        return SourceFacts(
+            database=row[0],
+            role=row[1],
+            server_version_num=row[2],
+            wal_level=row[3],
+            role_superuser=row[4],
+            role_replication=row[5],
+            can_create_in_database=row[6],
+            max_replication_slots=row[7],
+            slots_in_use=row[8],
+            slot_name=slot_name,
+            slot_plugin=slot[0] if slot else None,
+            slot_database=slot[1] if slot else None,
+            publication_exists=publication_exists,
+            tables=table_facts,
+        )
+
+    def preflight(self, *, slot_name: str, tables: Iterable[Any], publication_name: str) -> SourceFacts:
+        """Check that the source is fit; raise PreflightError listing every problem with its fix."""
+        facts = self.source_facts(slot_name=slot_name, tables=tables, publication_name=publication_name)
+        problems = find_problems(facts)
+        if problems:
+            raise PreflightError(problems)
+        self.log.info(
+            "preflight passed: PostgreSQL %s, wal_level=%s, role %s, %d table(s)",
+            facts.server_version_num,
+            facts.wal_level,
+            facts.role,
+            len(facts.tables),
+        )
+        return facts
+
+    # ---- publication -------------------------------------------------------------------
+
+    def ensure_publication(self, publication_name: str, tables: Iterable[Any]) -> str:
+        """Create the publication, or make its table list match; returns created/altered/unchanged."""
+        name = validate_publication_name(publication_name)
+        wanted = published_tables(tables)
+        ident = sql.Identifier(name)
+        with self.connect() as conn:
+            version = conn.info.server_version
+            if version < 150000 and any(t.columns or t.row_filter for t in wanted):
+                raise ConfigError(
+                    f"publication {name}: column lists and row filters need PostgreSQL 15 or newer "
+                    f"(the source runs {version // 10000}); remove them from the table entries"
+                )
+            current = _publication_state(conn, name, version)
+            try:
+                if current is None:
+                    try:
+                        conn.execute(
+                            sql.SQL("CREATE PUBLICATION {} FOR {} WITH ({})").format(
+                                ident, table_list_sql(wanted), sql.SQL(_PUBLICATION_OPTIONS)
+                            )
+                        )
+                        self.log.info("created publication %s for %d table(s)", name, len(wanted))
+                        return "created"
+                    except psycopg.errors.DuplicateObject:
+                        current = _publication_state(conn, name, version)
+                        assert current is not None
+                if current == _desired_state(wanted):
+                    self.log.info("publication %s already carries the %d table(s)", name, len(wanted))
+                    return "unchanged"
+                with conn.transaction():
+                    conn.execute(sql.SQL("ALTER PUBLICATION {} SET {}").format(ident, table_list_sql(wanted)))
+                    conn.execute(
+                        sql.SQL("ALTER PUBLICATION {} SET ({})").format(ident, sql.SQL(_PUBLICATION_OPTIONS))
+                    )
+            except psycopg.errors.UndefinedTable as exc:
+                raise ConfigError(
+                    f"publication {name}: {str(exc).strip()}; create the table or remove it from the "
+                    "pipeline (PgPreflightOperator lists every problem at once)"
+                ) from exc
+            self.log.info("altered publication %s to carry %d table(s)", name, len(wanted))
+            return "altered"
+
+    def drop_publication(self, publication_name: str) -> bool:
+        """Drop the publication if it exists; returns whether it existed."""
+        name = validate_publication_name(publication_name)
+        with self.connect() as conn:
+            existed = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
+        return existed is not None
+
+    # ---- slot --------------------------------------------------------------------------
+
+    def slot_info(self, slot_name: str) -> SlotInfo | None:
+        """The slot as the server sees it, or None if there is none of that name."""
+        name = validate_slot_name(slot_name)
+        with self.connect() as conn:
+            row = conn.execute(
+                """
+                SELECT slot_name, plugin, slot_type, database, active, wal_status,
+                       restart_lsn, confirmed_flush_lsn,
+                       CASE WHEN pg_is_in_recovery() OR restart_lsn IS NULL THEN NULL
+                            ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint END
+                FROM pg_replication_slots WHERE slot_name = %s
+                """,
+                (name,),
+            ).fetchone()
+        return SlotInfo(*row) if row else None
+
+    def ensure_slot(self, slot_name: str) -> SlotCreation:
+        """Create a pgoutput slot in this database unless it exists already (idempotent)."""
+        name = validate_slot_name(slot_name)
+        existing = self.slot_info(name)
+        if existing is None:
+            with self.connect() as conn:
+                try:
+                    row = conn.execute(
+                        "SELECT lsn FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (name,)
+                    ).fetchone()
+                    assert row is not None
+                    self.log.info("created replication slot %s at %s", name, row[0])
+                    return SlotCreation(name, True, row[0])
+                except psycopg.errors.DuplicateObject:
+                    pass  # created concurrently: check it like an existing one
+            existing = self.slot_info(name)
+            assert existing is not None
+        database = self.database or self.connection.schema
+        if existing.plugin != "pgoutput" or (database and existing.database != database):
+            raise SlotError(
+                f"replication slot {name} exists with plugin {existing.plugin!r} in database "
+                f"{existing.database!r}, not a pgoutput slot of this database: choose another slot "
+                f"name or drop it (SELECT pg_drop_replication_slot('{name}');) if nothing uses it"
+            )
+        self.log.info("replication slot %s exists (confirmed %s)", name, existing.confirmed_flush_lsn)
+        return SlotCreation(name, False, None)
+
+    def drop_slot(self, slot_name: str) -> bool:
+        """Drop the slot if it exists; returns whether it existed. An active slot is an error."""
+        name = validate_slot_name(slot_name)
+        with self.connect() as conn:
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+            except psycopg.errors.UndefinedObject:
+                return False
+            except psycopg.errors.ObjectInUse as exc:
+                raise SlotError(
+                    f"replication slot {name} is in use by another process: stop its consumer "
+                    f"(see pg_replication_slots.active_pid) and drop it again"
+                ) from exc
+        self.log.info("dropped replication slot %s", name)
+        return True
+
+    # ---- peek and advance --------------------------------------------------------------
+
+    def wal_positions(self) -> WalPositions:
+        """The current WAL flush and insert LSNs."""
+        row = self._fetchone("SELECT pg_current_wal_flush_lsn(), pg_current_wal_insert_lsn()")
+        return WalPositions(flush=row[0], insert=row[1])
+
+    @contextmanager
+    def peek(
+        self,
+        slot_name: str,
+        publication_names: Sequence[str],
+        *,
+        upto_lsn: LSN | None,
+        upto_nchanges: int | None,
+        protocol_version: int = 2,
+        messages: bool = True,
+        fetch_size: int = 10_000,
+    ) -> Iterator[Iterator[PeekedRow]]:
+        """Peek the slot without consuming it, bounded by ``upto_lsn`` and ``upto_nchanges``.
+
+        Rows are fetched through a server-side cursor ``fetch_size`` at a time, so client
+        memory stays bounded whatever the size of the peek. The server stops after the
+        transaction in which the change limit is reached, so a peek holds whole
+        transactions only.
+        """
+        name = validate_slot_name(slot_name)
+        pubs = ",".join(validate_publication_name(p) for p in publication_names)
+        if upto_nchanges is not None and upto_nchanges <= 0:
+            raise ConfigError(f"upto_nchanges must be positive, not {upto_nchanges}")
+        if protocol_version not in (1, 2):
+            raise ConfigError(f"protocol_version must be 1 or 2, not {protocol_version}")
+        conn = self.connect(autocommit=False)
+        try:
+            cursor = conn.cursor(name=f"pgsync_peek_{uuid.uuid4().hex[:12]}", binary=True)
+            cursor.itersize = fetch_size
+            cursor.execute(
+                "SELECT lsn, xid::text::bigint, data"
+                " FROM pg_logical_slot_peek_binary_changes(%s, %s, %s,"
+                " 'proto_version', %s, 'publication_names', %s, 'messages', %s)",
+                (name, upto_lsn, upto_nchanges, str(protocol_version), pubs, str(messages).lower()),
+            )
+            yield iter(cursor)
+            cursor.close()
+        except psycopg.errors.UndefinedObject as exc:
+            raise SlotError(
+                f"replication slot {name} does not exist: create it (PgCreateSlotOperator) "
+                "and rebaseline the tables, since changes before the new slot are not captured"
+            ) from exc
+        except psycopg.errors.ObjectInUse as exc:
+            raise SlotError(
+                f"replication slot {name} is active in another session: only one reader at a time"
+            ) from exc
+        finally:
+            conn.rollback()
+            conn.close()
+
+    def advance_slot(self, slot_name: str, to_lsn: LSN) -> LSN:
+        """Move the slot forward to ``to_lsn``; never backwards, and a repeat is a no-op.
+
+        Returns the slot's confirmed position afterwards.
+        """
+        name = validate_slot_name(slot_name)
+        info = self.slot_info(name)
+        if info is None:
+            raise SlotError(f"replication slot {name} does not exist: it cannot be advanced")
+        if info.confirmed_flush_lsn is not None and to_lsn <= info.confirmed_flush_lsn:
+            return info.confirmed_flush_lsn
+        with self.connect() as conn:
+            try:
+                row = conn.execute(
+                    "SELECT end_lsn FROM pg_replication_slot_advance(%s, %s)", (name, to_lsn)
+                ).fetchone()
+            except psycopg.errors.ObjectNotInPrerequisiteState:
+                # moved past to_lsn concurrently: that is where we wanted to be, or further
+                row = conn.execute(
+                    "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (name,)
+                ).fetchone()
+        assert row is not None
+        return row[0]
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+
+def _table_facts(conn: psycopg.Connection[Any], table: TableRef, publication_name: str) -> TableFacts:
+    row = conn.execute(
+        """
+        SELECT c.relkind::text, c.relreplident::text,
+               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+               has_table_privilege(c.oid, 'SELECT'),
+               pg_has_role(c.relowner, 'USAGE'),
+               EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+                       WHERE pr.prrelid = c.oid AND p.pubname = %s)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relname = %s
+        """,
+        (publication_name, table.schema, table.name),
+    ).fetchone()
+    if row is None:
+        return TableFacts(table, exists=False)
+    return TableFacts(table, True, row[0], row[1], row[2], row[3], row[4], row[5])
+
+
+_TableState = dict[TableRef, tuple[frozenset[str] | None, str | None]]
+
+
+def _desired_state(tables: Sequence[PublishedTable]) -> tuple[str, _TableState]:
+    return "tables", {
+        t.table: (frozenset(t.columns) if t.columns else None, normalise_filter(t.row_filter)) for t in tables
+    }
+
+
+def _publication_state(
+    conn: psycopg.Connection[Any], name: str, version: int
+) -> tuple[str, _TableState] | None:
+    pub = conn.execute(
+        "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate AND pubviaroot"
+        " FROM pg_publication WHERE pubname = %s",
+        (name,),
+    ).fetchone()
+    if pub is None:
+        return None
+    if pub[0]:
+        raise ConfigError(
+            f"publication {name} exists FOR ALL TABLES; pgsync manages the table list of its own "
+            "publication: choose another publication name"
+        )
+    if version >= 150000:
+        has_schemas = conn.execute(
+            "SELECT 1 FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid"
+            " WHERE p.pubname = %s",
+            (name,),
+        ).fetchone()
+        if has_schemas:
+            raise ConfigError(
+                f"publication {name} publishes whole schemas (FOR TABLES IN SCHEMA); pgsync manages "
+                "the table list of its own publication: choose another publication name"
+            )
+        rows = conn.execute(_PUBLISHED_TABLES_15, (name,)).fetchall()
+    else:
+        rows = conn.execute(_PUBLISHED_TABLES_14, (name,)).fetchall()
+    state: _TableState = {
+        TableRef(schema, rel): (frozenset(cols) if cols else None, normalise_filter(qual))
+        for schema, rel, cols, qual in rows
+    }
+    # a publication that does not publish every operation via the root must be altered too
+    return ("tables" if pub[1] else "partial-publish"), state
+
+
+_PUBLISHED_TABLES_14 = """
+    SELECT n.nspname::text, c.relname::text, NULL::text[], NULL::text
+    FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+    JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE p.pubname = %s
+"""
+_PUBLISHED_TABLES_15 = """
+    SELECT n.nspname::text, c.relname::text,
+           (SELECT array_agg(a.attname::text) FROM pg_attribute a
+            WHERE a.attrelid = pr.prrelid AND a.attnum = ANY(pr.prattrs)),
+           pg_get_expr(pr.prqual, pr.prrelid)
+    FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+    JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE p.pubname = %s
+"""
+
+
+class _LsnBinaryLoader(Loader):
+    format = Format.BINARY
+
+    def load(self, data: Any) -> LSN:
+        return LSN(int.from_bytes(data, "big"))
+
+
+class _LsnTextLoader(Loader):
+    def load(self, data: Any) -> LSN:
+        return LSN.parse(bytes(data).decode("ascii"))
+
+
+class _LsnDumper(Dumper):
+    oid = PG_LSN_OID
+
+    def dump(self, obj: Any) -> bytes:
+        return str(obj).encode("ascii")
+
+
+def register_lsn(adapters: AdaptersMap) -> None:
+    """Load ``pg_lsn`` values as ``LSN`` and send ``LSN`` values as ``pg_lsn``."""
+    adapters.register_loader(PG_LSN_OID, _LsnTextLoader)
+    adapters.register_loader(PG_LSN_OID, _LsnBinaryLoader)
+    adapters.register_dumper(LSN, _LsnDumper)

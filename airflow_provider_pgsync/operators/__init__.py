@@ -1,0 +1,1 @@
+"""Airflow operators of pgsync: thin orchestration over hooks and pure modules."""

@@ -1,0 +1,35 @@
+"""What Airflow's providers manager learns about pgsync (the ``apache_airflow_provider`` entry point)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Provider metadata: the package, its hooks and operators."""
+    return {
+        "package-name": "airflow-provider-pgsync",
+        "name": "pgsync",
+        "description": "Change-data-capture from PostgreSQL logical replication into a lakehouse "
+        "or another database, orchestrated by Airflow.",
+        "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": "pgsync",
+                "external-doc-url": "https://www.postgresql.org/docs/current/logical-replication.html",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "pgsync",
+                "python-modules": ["airflow_provider_pgsync.hooks.replication"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "pgsync",
+                "python-modules": ["airflow_provider_pgsync.operators.replication"],
+            }
+        ],
+    }

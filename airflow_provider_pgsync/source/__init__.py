@@ -1,0 +1,1 @@
+"""What pgsync knows about the source database: names, fitness checks, publications."""

@@ -1,0 +1,105 @@
+"""Shared fixtures: a real PostgreSQL server for the session, a fresh database per test.
+
+The server is a private cluster with ``wal_level=logical`` in ``.dev/test-<pid>`` (or a
+folder under /var/tmp when the repository is not reachable by the server's OS user),
+on a free port. It runs as an unprivileged OS user when the tests run as root, and is
+stopped and removed at the end of the session even when tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "dev"))
+
+from pgcluster import Cluster, default_base_dir, server_user  # noqa: E402
+
+# Airflow reads its home at import time: keep the tests' Airflow out of ~/airflow.
+_AIRFLOW_HOME = REPO / ".dev" / f"airflow-test-{os.getpid()}"
+os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _remove_stale_clusters(base: Path) -> None:
+    """Stop and remove test clusters left by pytest processes that no longer run."""
+    for folder in base.glob("test-pg-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            Cluster(root=folder).destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A private PostgreSQL cluster with wal_level=logical, for the whole session."""
+    base = default_base_dir(server_user())
+    _remove_stale_clusters(base)
+    cluster = Cluster(root=base / f"test-pg-{os.getpid()}", port=free_port())
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove this session's Airflow home (metadata DB, logs) whatever happened."""
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+@dataclass
+class Database:
+    """A fresh database in the test cluster."""
+
+    cluster: Cluster
+    name: str
+
+    @property
+    def conninfo(self) -> str:
+        return self.cluster.conninfo(self.name)
+
+    def connect(self, *, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.conninfo, autocommit=autocommit)
+
+    def execute(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Run one statement in its own transaction and return its rows (if any)."""
+        with self.connect() as conn:
+            cur = conn.execute(query, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture
+def database(pg_cluster: Cluster) -> Iterator[Database]:
+    """A new, empty database for one test; dropped afterwards with its replication slots."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    pg_cluster.create_database(name)
+    try:
+        yield Database(pg_cluster, name)
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def source_conn_id(database: Database, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An Airflow connection id (through AIRFLOW_CONN_*) pointing at the test database."""
+    conn_id = "pgsync_source"
+    url = database.cluster.url(database.name, with_password=True)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
+    return conn_id
