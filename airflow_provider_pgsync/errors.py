@@ -16,6 +16,18 @@ class PgSyncError(Exception):
 
     retryable: bool = False
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # subclasses take their own constructor arguments: rebuild from args and attributes,
+        # so errors travel between processes (capture's decode worker) unchanged
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[PgSyncError], args: tuple[object, ...], attributes: dict[str, object]) -> PgSyncError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(attributes)
+    return error
+
 
 class ConfigError(PgSyncError):
     """A name, option or argument given by the user is not acceptable."""
@@ -56,6 +68,20 @@ class PreflightError(PgSyncError):
 
 class SlotError(PgSyncError):
     """A replication slot is missing, lost, in use or otherwise unusable."""
+
+
+class CaptureBusyError(PgSyncError):
+    """Another capture of the same slot is running; this one did nothing."""
+
+    retryable = True
+
+    def __init__(self, slot_name: str, holder: str) -> None:
+        self.slot_name = slot_name
+        self.holder = holder
+        super().__init__(
+            f"capture of slot {slot_name} is already running in {holder}; this run did nothing: "
+            "wait for it to finish (the cdc DAG runs one capture at a time)"
+        )
 
 
 class SourceUnavailableError(PgSyncError):

@@ -29,7 +29,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "pgsync",
-                "python-modules": ["airflow_provider_pgsync.operators.replication"],
+                "python-modules": [
+                    "airflow_provider_pgsync.operators.replication",
+                    "airflow_provider_pgsync.operators.capture",
+                ],
             }
         ],
     }

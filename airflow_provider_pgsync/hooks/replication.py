@@ -18,9 +18,15 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.pq import Format
-from psycopg.rows import tuple_row
+from psycopg.rows import scalar_row, tuple_row
 
-from airflow_provider_pgsync.errors import ConfigError, PreflightError, SlotError, SourceUnavailableError
+from airflow_provider_pgsync.errors import (
+    CaptureBusyError,
+    ConfigError,
+    PreflightError,
+    SlotError,
+    SourceUnavailableError,
+)
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, TableFacts, find_problems
@@ -32,6 +38,7 @@ from airflow_provider_pgsync.source.publication import (
 )
 
 PG_LSN_OID = 3220
+_CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
 PeekedRow = tuple[LSN, int, bytes]
@@ -312,6 +319,39 @@ class PgReplicationHook(PostgresHook):
         transaction in which the change limit is reached, so a peek holds whole
         transactions only.
         """
+        options = (upto_lsn, upto_nchanges, protocol_version, messages)
+        with self._peek_cursor(slot_name, publication_names, "lsn, xid::text::bigint, data", *options) as cur:
+            cur.itersize = fetch_size
+            yield iter(cur)
+
+    @contextmanager
+    def peek_payloads(
+        self,
+        slot_name: str,
+        publication_names: Sequence[str],
+        *,
+        upto_lsn: LSN | None,
+        upto_nchanges: int | None,
+        fetch_rows: int = 50_000,
+    ) -> Iterator[Iterator[list[bytes]]]:
+        """Like ``peek``, but only the pgoutput payloads, ``fetch_rows`` at a time (capture's fast path)."""
+        options = (upto_lsn, upto_nchanges, 2, True)
+        with self._peek_cursor(slot_name, publication_names, "data", *options, scalar=True) as cur:
+            yield iter(lambda: cur.fetchmany(fetch_rows), [])
+
+    @contextmanager
+    def _peek_cursor(
+        self,
+        slot_name: str,
+        publication_names: Sequence[str],
+        columns: str,
+        upto_lsn: LSN | None,
+        upto_nchanges: int | None,
+        protocol_version: int,
+        messages: bool,
+        *,
+        scalar: bool = False,
+    ) -> Iterator[psycopg.ServerCursor[Any]]:
         name = validate_slot_name(slot_name)
         pubs = ",".join(validate_publication_name(p) for p in publication_names)
         if upto_nchanges is not None and upto_nchanges <= 0:
@@ -320,15 +360,19 @@ class PgReplicationHook(PostgresHook):
             raise ConfigError(f"protocol_version must be 1 or 2, not {protocol_version}")
         conn = self.connect(autocommit=False)
         try:
-            cursor = conn.cursor(name=f"pgsync_peek_{uuid.uuid4().hex[:12]}", binary=True)
-            cursor.itersize = fetch_size
+            cursor = conn.cursor(
+                name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
+                binary=True,
+                row_factory=scalar_row if scalar else tuple_row,
+            )
             cursor.execute(
-                "SELECT lsn, xid::text::bigint, data"
-                " FROM pg_logical_slot_peek_binary_changes(%s, %s, %s,"
-                " 'proto_version', %s, 'publication_names', %s, 'messages', %s)",
+                sql.SQL(
+                    "SELECT {} FROM pg_logical_slot_peek_binary_changes(%s, %s, %s,"
+                    " 'proto_version', %s, 'publication_names', %s, 'messages', %s)"
+                ).format(sql.SQL(columns)),
                 (name, upto_lsn, upto_nchanges, str(protocol_version), pubs, str(messages).lower()),
             )
-            yield iter(cursor)
+            yield cursor
             cursor.close()
         except psycopg.errors.UndefinedObject as exc:
             raise SlotError(
@@ -342,6 +386,43 @@ class PgReplicationHook(PostgresHook):
         finally:
             conn.rollback()
             conn.close()
+
+    @contextmanager
+    def capture_lock(self, slot_name: str, holder: str) -> Iterator[None]:
+        """Hold the session advisory lock of the slot's capture; fail fast if another run holds it.
+
+        ``holder`` is shown to a second run (as the session's application_name) so its error
+        names the running one.
+        """
+        name = validate_slot_name(slot_name)
+        conn = self.connect()
+        try:
+            conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_CAPTURE_LOCK_CLASS, name)
+            ).fetchone()
+            if not row or not row[0]:
+                raise CaptureBusyError(name, self._lock_holder(conn, name))
+            yield
+        finally:
+            conn.close()  # ends the session, which releases the lock
+
+    @staticmethod
+    def _lock_holder(conn: psycopg.Connection[Any], slot_name: str) -> str:
+        row = conn.execute(
+            """
+            SELECT a.pid, a.application_name, a.backend_start, a.client_addr::text
+            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.classid = %s AND l.objid = (hashtext(%s)::bigint & 4294967295)::oid
+            """,
+            (_CAPTURE_LOCK_CLASS, slot_name),
+        ).fetchone()
+        if row is None:
+            return "a session that has just ended"
+        pid, app, since, client = row
+        where = f"backend pid {pid}, from {client or 'local'}, since {since:%Y-%m-%d %H:%M:%S %Z}"
+        return f"{app or 'a session'} ({where})"
 
     def advance_slot(self, slot_name: str, to_lsn: LSN) -> LSN:
         """Move the slot forward to ``to_lsn``; never backwards, and a repeat is a no-op.

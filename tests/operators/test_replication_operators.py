@@ -14,8 +14,7 @@ from airflow_provider_pgsync.operators.replication import (
     PgDropSlotOperator,
     PgPreflightOperator,
 )
-from tests.conftest import Database
-from tests.operators.conftest import RunDag
+from tests.conftest import Database, RunDag
 
 
 @pytest.fixture

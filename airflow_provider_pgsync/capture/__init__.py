@@ -1,0 +1,1 @@
+"""Capture: bounded peek, decode into column batches, durable changelog segments, advance."""

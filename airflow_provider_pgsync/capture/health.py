@@ -1,0 +1,48 @@
+"""Is the slot the one the state was built from, and still usable? (DESIGN rule 10)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_provider_pgsync.hooks.replication import SlotInfo
+from airflow_provider_pgsync.state.model import PipelineState
+
+
+@dataclass(frozen=True)
+class SlotProblem:
+    """Why capture cannot go on with this slot, and what to do."""
+
+    reason: str
+    solution: str
+
+
+def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) -> SlotProblem | None:
+    """None when capture may go on; otherwise the problem (tables go to Errored)."""
+    rebaseline = (
+        f"recreate the slot (PgCreateSlotOperator slot_name={slot_name!r}) and rebaseline every "
+        "table of the pipeline: changes from the time the slot was missing cannot be recovered"
+    )
+    if info is None:
+        return SlotProblem(f"replication slot {slot_name} does not exist", rebaseline)
+    if info.lost:
+        return SlotProblem(
+            f"replication slot {slot_name} was invalidated (wal_status 'lost'): the server removed WAL "
+            "it still needed, probably because of max_slot_wal_keep_size",
+            f"drop the slot (PgDropSlotOperator), then {rebaseline}; run capture more often or raise "
+            "max_slot_wal_keep_size",
+        )
+    if state.slot_name is not None and state.slot_name != slot_name:
+        return SlotProblem(
+            f"the pipeline state was built from slot {state.slot_name}, not {slot_name}",
+            f"configure slot {state.slot_name} again, or rebaseline every table on slot {slot_name}",
+        )
+    expected = state.last_end_lsn or state.slot_creation_lsn
+    confirmed = info.confirmed_flush_lsn
+    if expected is not None and confirmed is not None and confirmed > expected:
+        return SlotProblem(
+            f"replication slot {slot_name} is at {confirmed}, past {expected} where this pipeline left "
+            "it: it was replaced (dropped and created again) or advanced by another consumer, so "
+            "changes in between were skipped",
+            rebaseline,
+        )
+    return None

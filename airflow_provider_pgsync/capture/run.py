@@ -1,0 +1,197 @@
+"""Capture one bounded batch: peek, decode, durable segments, state, advance (DESIGN §2 rules 1-4, 10).
+
+The order is the whole point: the slot is advanced only after the batch's segments are
+published and recorded in the state, so a crash anywhere re-peeks the same
+transactions (at-least-once), and a re-run drops the transactions the state already
+holds (commit LSN below the recorded end LSN).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from airflow_provider_pgsync.capture.columns import join_payloads
+from airflow_provider_pgsync.capture.failpoints import fail_point
+from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
+from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
+from airflow_provider_pgsync.errors import ConfigError, SlotError
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.pgoutput import LSN
+from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo
+from airflow_provider_pgsync.state.phases import Errored
+from airflow_provider_pgsync.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What one capture run reads and where it writes; the limits bound its work and memory."""
+
+    pipeline: str
+    slot_name: str
+    publication_name: str
+    changelog_uri: str
+    max_changes: int = 1_000_000
+    fetch_rows: int = 50_000
+    part_bytes: int = 16 * 2**20
+    worker_from_bytes: int = 32 * 2**20
+
+    def __post_init__(self) -> None:
+        validate_slot_name(self.slot_name)
+        validate_publication_name(self.publication_name)
+        for name in ("max_changes", "fetch_rows", "part_bytes", "worker_from_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"capture setting {name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """What one capture run did."""
+
+    payloads: int
+    changes: int
+    transactions: int
+    segments: tuple[SegmentInfo, ...]
+    advanced_to: LSN | None
+    idle: bool
+    seconds: float
+    rows_by_table: dict[str, int] = field(default_factory=dict)
+
+
+def capture(
+    hook: PgReplicationHook, store: StateStore, settings: CaptureSettings, *, holder: str = "pgsync capture"
+) -> CaptureResult:
+    """Capture one batch of the slot into the changelog, under the slot's capture lock."""
+    with hook.capture_lock(settings.slot_name, holder):
+        return _capture(hook, store, settings)
+
+
+def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettings) -> CaptureResult:
+    started = time.monotonic()
+    slot = settings.slot_name
+    state = store.load(settings.pipeline)
+    info = hook.slot_info(slot)
+    problem = slot_problem(state, slot, info)
+    if problem is not None:
+        _mark_errored(store, state, problem)
+        raise SlotError(f"{problem.reason}; {problem.solution}")
+    assert info is not None and info.confirmed_flush_lsn is not None
+    if state.slot_name is None:
+        state = state.with_slot(slot, info.confirmed_flush_lsn)
+    upto = hook.wal_positions().flush
+    start = info.confirmed_flush_lsn
+    in_worker = upto - start >= settings.worker_from_bytes
+    log.info(
+        "capture of slot %s: peeking up to %s (%s bytes of WAL), at most %s changes%s",
+        slot, upto, f"{upto - start:,}", f"{settings.max_changes:,}",
+        ", decoding in a worker process" if in_worker else "",
+    )
+    decoder: Decoder = (ProcessDecodeWriter if in_worker else DecodeWriter)(
+        settings.changelog_uri, state, settings.part_bytes
+    )
+    progress = _Progress()
+    try:
+        with hook.peek_payloads(
+            slot, [settings.publication_name], upto_lsn=upto, upto_nchanges=settings.max_changes,
+            fetch_rows=settings.fetch_rows,
+        ) as fetches:
+            for payloads in fetches:
+                data, lens = join_payloads(payloads)
+                decoder.feed(data, lens)
+                progress.report(len(payloads), len(data))
+        fail_point("after_peek")
+        decoded = decoder.finish()
+
+        idle = decoded.payloads < settings.max_changes
+        target = _advance_target(decoded, idle, upto)
+        previous = state.last_end_lsn
+        if target is not None and (previous is None or target > previous or decoded.segments):
+            new = state.with_capture(target, decoded.segments, decoded.tables.values())
+            state = store.save(new)
+            fail_point("after_state_write")
+        if target is not None:
+            hook.advance_slot(slot, target)
+            fail_point("after_advance")
+    finally:
+        decoder.close()  # after the advance: a worker process takes a moment to exit
+    result = CaptureResult(
+        payloads=decoded.payloads,
+        changes=decoded.changes,
+        transactions=decoded.transactions,
+        segments=decoded.segments,
+        advanced_to=target,
+        idle=idle,
+        seconds=time.monotonic() - started,
+        rows_by_table=decoded.rows_by_table,
+    )
+    _log_result(result, slot, decoded)
+    return result
+
+
+def _advance_target(decoded: DecodeResult, idle: bool, upto: LSN) -> LSN | None:
+    """Where the slot may go: everything up to ``upto`` when the peek was not cut by its limit
+    (rule 3), otherwise the end of the last whole transaction (rule 1)."""
+    if idle:
+        return upto
+    if decoded.last_end_lsn is None:
+        log.warning("the peek hit its limit without a whole transaction; raise max_changes")
+        return None
+    return LSN(decoded.last_end_lsn)
+
+
+def _mark_errored(store: StateStore, state: PipelineState, problem: SlotProblem) -> None:
+    """Put every table that is not Errored yet into Errored with the remedy; save."""
+    changed = state
+    for key, ts in state.tables.items():
+        if not isinstance(ts.phase, Errored):
+            phase = Errored(reason=problem.reason, solution=problem.solution, retry="manual")
+            changed = changed.with_table_phase(key, phase)
+    if changed is not state:
+        store.save(changed)
+    log.error("capture stopped: %s; %s", problem.reason, problem.solution)
+
+
+@dataclass
+class _Progress:
+    """Logs what has been fetched every ``every`` seconds."""
+
+    every: float = 10.0
+    began: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)
+    payloads: int = 0
+    size: int = 0
+
+    def report(self, payloads: int, size: int) -> None:
+        self.payloads += payloads
+        self.size += size
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            rate = self.payloads / max(now - self.began, 1e-9)
+            log.info(
+                "fetched %s messages (%s MB) from the slot, %s messages/s",
+                f"{self.payloads:,}", f"{self.size / 2**20:,.0f}", f"{rate:,.0f}",
+            )
+
+
+def _log_result(result: CaptureResult, slot: str, decoded: DecodeResult) -> None:
+    for segment in decoded.segments:
+        log.info("wrote segment %s (%s rows)", segment.path, f"{segment.rows:,}")
+    for key, ts in decoded.tables.items():
+        log.info("table %s: schema version %d, columns %s", key, ts.schema_version,
+                 ", ".join(c.name for c in ts.columns))
+    tables = ", ".join(f"{t}: {n:,}" for t, n in sorted(result.rows_by_table.items())) or "none"
+    rate = result.changes / max(result.seconds, 1e-9)
+    where = f"advanced slot {slot} to {result.advanced_to}" if result.advanced_to else "slot not advanced"
+    idle = " (idle advance: the peek was not cut by its limit)" if result.idle else ""
+    log.info(
+        "capture done in %.1f s: %s changes in %s transactions (%s/s), %d segment(s); "
+        "rows per table: %s; %s%s",
+        result.seconds, f"{result.changes:,}", f"{result.transactions:,}", f"{rate:,.0f}",
+        len(result.segments), tables, where, idle,
+    )

@@ -1,0 +1,269 @@
+"""Decoding fetched payloads into durable segment parts, in this process or in a worker process.
+
+Fetching rows from the server and decoding them both need the interpreter lock, so
+threads do not overlap them. For a large backlog capture therefore hands the joined
+payloads of each fetch to a worker process (started while the server still decodes
+the peek) that decodes them and writes the segments, while this process fetches the
+next rows. A small backlog is decoded in place: starting a process would cost more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import NoReturn, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion
+from airflow_provider_pgsync.capture.failpoints import EXIT_CODE, fail_point
+from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.errors import PgSyncError, StateError
+from airflow_provider_pgsync.pgoutput import Relation
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, SegmentInfo, TableState
+
+log = logging.getLogger(__name__)
+_IN_FLIGHT = 2
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """What the decoding of one peek produced."""
+
+    payloads: int
+    changes: int
+    transactions: int
+    last_end_lsn: int | None
+    segments: tuple[SegmentInfo, ...]
+    tables: dict[str, TableState] = field(default_factory=dict)
+    rows_by_table: dict[str, int] = field(default_factory=dict)
+
+
+class Decoder(Protocol):
+    """Takes the joined payloads of each fetch; ``finish`` makes every part durable."""
+
+    def feed(self, data: bytes, lens: np.ndarray) -> None: ...
+
+    def finish(self) -> DecodeResult: ...
+
+    def close(self) -> None: ...
+
+
+class DecodeWriter:
+    """Decodes payloads with a ColumnBatcher and publishes column batches as segment parts.
+
+    Parts are encoded by one background thread (Parquet encoding releases the
+    interpreter lock); at most ``_IN_FLIGHT`` wait for it, which bounds memory.
+    """
+
+    _IN_FLIGHT = 2
+
+    def __init__(self, changelog_uri: str, state: PipelineState, part_bytes: int) -> None:
+        self.changelog = Changelog(changelog_uri)
+        self.state = state
+        self.part_bytes = part_bytes
+        skip_before = state.last_end_lsn.value if state.last_end_lsn else 0
+        self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before)
+        self.tables: dict[str, TableState] = {}
+        self.columns: dict[tuple[str, int], tuple[ColumnInfo, ...]] = {}
+        self.pending: dict[tuple[str, int], list[pa.Table]] = {}
+        self.pending_bytes = 0
+        self.parts: dict[tuple[str, int], int] = {}
+        self.writes: list[Future[SegmentInfo]] = []
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-segment-writer")
+        self.rows_by_table: dict[str, int] = {}
+
+    def version_of(self, relation: Relation) -> int:
+        """The schema version of a Relation message: a new one when its columns changed."""
+        key = str(TableRef(relation.namespace, relation.relation_name))
+        try:
+            current = self.tables.get(key) or self.state.table(key)
+        except StateError:
+            raise StateError(
+                f"table {key} is in the publication but not in pipeline {self.state.pipeline!r}: run "
+                "the pipeline's setup so that its publication and its tables agree"
+            ) from None
+        columns = tuple(ColumnInfo(c.name, c.type_oid, c.type_modifier, c.is_key) for c in relation.columns)
+        updated = current.with_columns(columns)
+        self.tables[key] = updated
+        self.columns[(key, updated.schema_version)] = columns
+        return updated.schema_version
+
+    def feed(self, data: bytes, lens: np.ndarray) -> None:
+        for table_version, table in self.batcher.feed_joined(data, lens):
+            self._add(table_version, table)
+
+    def finish(self) -> DecodeResult:
+        """Write every pending part, wait until all are durable, and say what was done."""
+        try:
+            for key in list(self.pending):
+                self._flush(key)
+            segments = tuple(w.result() for w in self.writes)
+        finally:
+            self.close()
+        changed = {k: ts for k, ts in self.tables.items() if ts != self.state.table(k)}
+        return DecodeResult(
+            payloads=self.batcher.payloads,
+            changes=self.batcher.changes,
+            transactions=self.batcher.transactions,
+            last_end_lsn=self.batcher.last_end_lsn,
+            segments=segments,
+            tables=changed,
+            rows_by_table=dict(self.rows_by_table),
+        )
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+    def _add(self, table_version: TableVersion, data: pa.Table) -> None:
+        relation = table_version.relation
+        key = (str(TableRef(relation.namespace, relation.relation_name)), table_version.version)
+        self.pending.setdefault(key, []).append(data)
+        self.pending_bytes += data.nbytes
+        self.rows_by_table[key[0]] = self.rows_by_table.get(key[0], 0) + data.num_rows
+        while self.pending_bytes >= self.part_bytes:
+            largest = max(self.pending, key=lambda k: sum(t.nbytes for t in self.pending[k]))
+            self._flush(largest)
+
+    def _flush(self, key: tuple[str, int]) -> None:
+        tables = self.pending.pop(key)
+        self.pending_bytes -= sum(t.nbytes for t in tables)
+        part = self.parts.get(key, 0)
+        self.parts[key] = part + 1
+        busy = [w for w in self.writes if not w.done()]
+        if len(busy) >= self._IN_FLIGHT:
+            busy[0].result()
+        self.writes.append(self.executor.submit(self._write, key, part, pa.concat_tables(tables)))
+
+    def _write(self, key: tuple[str, int], part: int, data: pa.Table) -> SegmentInfo:
+        name, version = key
+        table = TableRef.parse(name)
+        segment = self.changelog.write_segment(table, version, self.columns[key], data, part=part)
+        fail_point("after_segment_write")
+        return segment
+
+
+class ProcessDecodeWriter:
+    """A DecodeWriter in a worker process, fed through a socket pair.
+
+    The worker is a fresh interpreter running this module (not a multiprocessing child,
+    which would import the caller's main module again). A sender thread here and a
+    receiver thread there keep a fetch or two in flight, so fetching, sending and
+    decoding overlap; ``feed`` blocks only while that many wait.
+    """
+
+    def __init__(self, changelog_uri: str, state: PipelineState, part_bytes: int) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+            )
+        self.conn = Connection(ours.detach())
+        self.conn.send((changelog_uri, state.to_json(), part_bytes))
+        self.outbox: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue(maxsize=_IN_FLIGHT)
+        self.send_error: BaseException | None = None
+        self.sender = threading.Thread(target=self._send, name="pgsync-capture-sender", daemon=True)
+        self.sender.start()
+
+    def feed(self, data: bytes, lens: np.ndarray) -> None:
+        if self.send_error is not None:
+            self._worker_died()
+        self.outbox.put((data, lens.astype(np.int64).tobytes()))
+
+    def finish(self) -> DecodeResult:
+        self.outbox.put(None)
+        self.sender.join()
+        if self.send_error is not None:
+            self._worker_died()
+        try:
+            outcome, value = self.conn.recv()
+        except (EOFError, ConnectionResetError):
+            self._worker_died()
+        if outcome == "error":
+            raise value
+        assert isinstance(value, DecodeResult)
+        return value
+
+    def close(self) -> None:
+        if self.sender.is_alive():
+            self.conn.close()  # unblocks the sender
+            self.sender.join(timeout=60)
+        self.conn.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # pragma: no cover - only when the worker hangs
+            self.process.kill()
+            self.process.wait()
+
+    def _send(self) -> None:
+        try:
+            while (item := self.outbox.get()) is not None:
+                self.conn.send_bytes(item[0])
+                self.conn.send_bytes(item[1])
+            self.conn.send_bytes(b"")
+        except BaseException as exc:
+            self.send_error = exc
+            while self.outbox.get() is not None:  # let feed and finish return
+                pass
+
+    def _worker_died(self) -> NoReturn:
+        code = self.process.wait(timeout=60)
+        if code == EXIT_CODE:
+            os._exit(EXIT_CODE)  # a fail point killed the worker: the capture dies with it
+        raise PgSyncError(
+            f"capture's decoding worker died (exit code {code}); nothing was advanced: run capture "
+            "again, and check the worker's memory limits if it keeps failing"
+        )
+
+
+def _worker_main(fd: int) -> None:
+    """The worker process: decode what arrives until an empty buffer, then send the result."""
+    conn = Connection(fd)
+    writer: DecodeWriter | None = None
+    inbox: queue.Queue[tuple[bytes, np.ndarray] | BaseException | None] = queue.Queue(maxsize=_IN_FLIGHT)
+
+    def receive() -> None:
+        try:
+            while data := conn.recv_bytes():
+                inbox.put((data, np.frombuffer(conn.recv_bytes(), dtype=np.int64)))
+            inbox.put(None)
+        except BaseException as exc:  # the capture process went away
+            inbox.put(exc)
+
+    try:
+        changelog_uri, state_json, part_bytes = conn.recv()
+        writer = DecodeWriter(changelog_uri, PipelineState.from_json(state_json), part_bytes)
+        threading.Thread(target=receive, name="pgsync-capture-receiver", daemon=True).start()
+        while (item := inbox.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            writer.feed(*item)
+        conn.send(("ok", writer.finish()))
+    except Exception as exc:
+        if writer is not None:
+            writer.close()
+        try:
+            conn.send(("error", exc))
+        except Exception:  # an error that does not pickle, or no one listening: send its text
+            with contextlib.suppress(Exception):
+                conn.send(("error", PgSyncError(f"{type(exc).__name__}: {exc}")))
+    finally:
+        conn.close()
+
+
+if __name__ == "__main__":
+    # run the copy imported under the real module name, so results pickle by that name
+    from airflow_provider_pgsync.capture import worker
+
+    worker._worker_main(int(sys.argv[1]))

@@ -1,0 +1,97 @@
+"""PgCaptureOperator: one bounded capture batch, from the slot into the changelog."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_pgsync.capture.run import CaptureSettings, capture
+from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
+from airflow_provider_pgsync.state.store import StateStore
+from airflow_provider_pgsync.state.variable_store import VariableStateStore
+
+STATE_BACKENDS = ("variables", "postgres")
+
+
+def open_state_store(
+    backend: str, source: PgReplicationHook, *, state_conn_id: str | None = None, schema: str = "pgsync"
+) -> StateStore:
+    """The pipeline state store: Airflow Variables (locked in the source) or a PostgreSQL table.
+
+    ``state_conn_id`` names the control database; the source database by default.
+    """
+    control = PgReplicationHook(postgres_conn_id=state_conn_id) if state_conn_id else source
+    if backend == "variables":
+        return VariableStateStore(lock=control)
+    if backend == "postgres":
+        return PostgresStateStore(control, schema=schema)
+    raise ConfigError(f"state backend {backend!r} is unknown; use one of {', '.join(STATE_BACKENDS)}")
+
+
+class PgCaptureOperator(BaseOperator):
+    """Capture one bounded batch of changes from the slot into the changelog, then advance the slot.
+
+    :param pipeline: the pipeline name (key of its state).
+    :param slot_name: the pgoutput slot; :param publication_name: its publication.
+    :param changelog_uri: folder or pyarrow filesystem URI of the changelog.
+    :param state_backend: ``variables`` (default) or ``postgres``; :param state_conn_id: the
+        control database (the source by default); :param state_schema: its schema.
+    :param max_changes: the change limit of one peek.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "slot_name", "publication_name", "changelog_uri")
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        slot_name: str,
+        publication_name: str,
+        changelog_uri: str,
+        postgres_conn_id: str = "postgres_default",
+        state_backend: str = "variables",
+        state_conn_id: str | None = None,
+        state_schema: str = "pgsync",
+        max_changes: int = 1_000_000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if state_backend not in STATE_BACKENDS:
+            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        self.pipeline = pipeline
+        self.slot_name = slot_name
+        self.publication_name = publication_name
+        self.changelog_uri = changelog_uri
+        self.postgres_conn_id = postgres_conn_id
+        self.state_backend = state_backend
+        self.state_conn_id = state_conn_id
+        self.state_schema = state_schema
+        self.max_changes = max_changes
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        settings = CaptureSettings(
+            pipeline=self.pipeline,
+            slot_name=self.slot_name,
+            publication_name=self.publication_name,
+            changelog_uri=self.changelog_uri,
+            max_changes=self.max_changes,
+        )
+        hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
+        store = open_state_store(
+            self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
+        )
+        ti = context.get("ti")
+        holder = f"pgsync capture {self.pipeline} {getattr(ti, 'run_id', '')}".strip()
+        result = capture(hook, store, settings, holder=holder)
+        return {
+            "changes": result.changes,
+            "transactions": result.transactions,
+            "segments": [s.path for s in result.segments],
+            "advanced_to": str(result.advanced_to) if result.advanced_to else None,
+            "idle": result.idle,
+            "rows_by_table": result.rows_by_table,
+        }

@@ -1,0 +1,149 @@
+"""Table phases and their legal transitions (DESIGN §3); pure values, no I/O.
+
+::
+
+    Init -> DataSync -> SyncDone{snapshot, baseline_lsn, xmin, xmax, xip} -> Ready
+    any phase but Errored -> Errored{reason, solution, retry, previous}
+
+A **rebaseline** sends a table back to Init from Errored, DataSync (a baseline that
+crashed or must be redone), SyncDone or Ready; the next baseline then starts afresh.
+Everything else is illegal, including DataSync -> DataSync: a second baseline must
+not start over a running or interrupted one without an explicit rebaseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal, TypeAlias, get_args
+
+from airflow_provider_pgsync.errors import PhaseTransitionError, StateError
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.source.names import TableRef
+
+XID_MAX = 2**64 - 1
+Retry: TypeAlias = Literal["none", "manual", "timed"]
+
+
+def table_key(table: TableRef | str) -> str:
+    """The canonical dict key of a table: ``str(TableRef)``; text is parsed like PostgreSQL does."""
+    return str(table if isinstance(table, TableRef) else TableRef.parse(table))
+
+
+def check_xid(value: int, what: str) -> int:
+    """Return ``value`` if it is a 64-bit transaction id; StateError naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= XID_MAX:
+        raise StateError(f"{what} {value!r} is not a 64-bit transaction id (0..2^64-1)")
+    return value
+
+
+# ---- table phases -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Init:
+    """The table is published and waits for its baseline."""
+
+    kind: ClassVar[str] = "Init"
+
+
+@dataclass(frozen=True)
+class DataSync:
+    """A baseline of the table is running."""
+
+    kind: ClassVar[str] = "DataSync"
+
+
+@dataclass(frozen=True)
+class SyncDone:
+    """The baseline is written from exported snapshot ``snapshot``; apply hands off by the visibility rule.
+
+    ``xmin``, ``xmax`` and ``xip`` are the parts of ``pg_current_snapshot()`` (64-bit xids)
+    taken with ``baseline_lsn`` in the first statement of the baseline transaction.
+    """
+
+    snapshot: str
+    baseline_lsn: LSN
+    xmin: int
+    xmax: int
+    xip: tuple[int, ...] = ()
+    kind: ClassVar[str] = "SyncDone"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.snapshot, str) or not self.snapshot:
+            raise StateError(f"SyncDone needs the exported snapshot id, not {self.snapshot!r}")
+        if not isinstance(self.baseline_lsn, LSN):
+            raise StateError(f"SyncDone baseline_lsn must be an LSN, not {self.baseline_lsn!r}")
+        xmin, xmax = check_xid(self.xmin, "snapshot xmin"), check_xid(self.xmax, "snapshot xmax")
+        xip = tuple(sorted({check_xid(x, "snapshot xip entry") for x in self.xip}))
+        if xmin > xmax or any(not xmin <= x < xmax for x in xip):
+            raise StateError(
+                f"snapshot {xmin}:{xmax}:{','.join(map(str, xip))} is inconsistent: "
+                "PostgreSQL guarantees xmin <= xip < xmax"
+            )
+        object.__setattr__(self, "xip", xip)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The table is in sync: every destination applies its changes without the visibility rule."""
+
+    kind: ClassVar[str] = "Ready"
+
+
+@dataclass(frozen=True)
+class Errored:
+    """The table stopped; ``solution`` says what a human does, ``previous`` the phase it left."""
+
+    reason: str
+    solution: str
+    retry: Retry = "manual"
+    previous: str = ""
+    kind: ClassVar[str] = "Errored"
+
+    def __post_init__(self) -> None:
+        if self.retry not in get_args(Retry):
+            raise StateError(f"Errored retry must be one of {get_args(Retry)}, not {self.retry!r}")
+
+
+TablePhase: TypeAlias = Init | DataSync | SyncDone | Ready | Errored
+PHASES: dict[str, type[TablePhase]] = {p.kind: p for p in (Init, DataSync, SyncDone, Ready, Errored)}
+
+_NEXT: dict[str, frozenset[str]] = {
+    "Init": frozenset({"DataSync", "Errored"}),
+    "DataSync": frozenset({"SyncDone", "Errored", "Init"}),
+    "SyncDone": frozenset({"Ready", "Errored", "Init"}),
+    "Ready": frozenset({"Errored", "Init"}),
+    "Errored": frozenset({"Init"}),
+}
+
+
+def check_transition(table: TableRef | str, current: TablePhase | None, new: TablePhase) -> None:
+    """Raise PhaseTransitionError unless ``current -> new`` is legal (None: the table is new)."""
+    name = table_key(table)
+    if current is None:
+        if new.kind != "Init":
+            raise PhaseTransitionError(
+                name, "(absent)", new.kind, "the table is not in the pipeline yet: add it in phase Init first"
+            )
+        return
+    allowed = _NEXT[current.kind]
+    if new.kind in allowed:
+        return
+    if isinstance(current, Errored):
+        remedy = (
+            f"the table is Errored ({current.reason}); fix the cause ({current.solution}), "
+            "then rebaseline it (Errored -> Init)"
+        )
+    elif current.kind == "DataSync" and new.kind == "DataSync":
+        remedy = (
+            "a baseline is already running or was interrupted; wait for it to finish, "
+            "or rebaseline the table (DataSync -> Init) before starting another"
+        )
+    elif new.kind in ("SyncDone", "Ready"):
+        remedy = "run the baseline of the table first (Init -> DataSync -> SyncDone -> Ready)"
+    else:
+        remedy = "rebaseline the table (-> Init) to start it over"
+    targets = ", ".join(sorted(allowed))
+    raise PhaseTransitionError(
+        name, current.kind, new.kind, f"{remedy} (from {current.kind} it may go to {targets})"
+    )

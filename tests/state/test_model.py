@@ -1,0 +1,208 @@
+"""PipelineState helpers and its JSON form: round trips (hypothesis), odd names, 64-bit values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_pgsync.errors import ConfigError, StateError
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import (
+    XID_MAX,
+    ColumnInfo,
+    DataSync,
+    Errored,
+    Init,
+    PipelineState,
+    Ready,
+    SegmentInfo,
+    SyncDone,
+    TablePhase,
+    TableState,
+)
+
+ODD = TableRef("Sales Data", 'Odd "Name"; DROP TABLE x;--')
+TOP = LSN(2**64 - 1)
+
+# ---- strategies ---------------------------------------------------------------------------
+
+names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=15)
+tables = st.builds(TableRef, names, names)
+lsns = st.builds(LSN, st.integers(0, 2**64 - 1) | st.sampled_from([0, 2**64 - 1, 2**63, 2**32 - 1]))
+xids = st.integers(0, XID_MAX)
+
+
+@st.composite
+def sync_done(draw: st.DrawFn) -> SyncDone:
+    xmin = draw(st.integers(0, XID_MAX - 10) | st.just(XID_MAX - 10))
+    xmax = draw(st.integers(xmin, min(XID_MAX, xmin + 1000)))
+    xip = draw(st.lists(st.integers(xmin, xmax - 1), max_size=5)) if xmax > xmin else []
+    return SyncDone(draw(names), draw(lsns), xmin, xmax, tuple(xip))
+
+
+phases: st.SearchStrategy[TablePhase] = st.one_of(
+    st.just(Init()),
+    st.just(DataSync()),
+    st.just(Ready()),
+    sync_done(),
+    st.builds(Errored, names, names, st.sampled_from(["none", "manual", "timed"]), names),
+)
+columns = st.builds(ColumnInfo, names, st.integers(0, 2**32 - 1), st.integers(-1, 2**31 - 1), st.booleans())
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> SegmentInfo:
+    first, last = sorted((draw(lsns), draw(lsns)))
+    low, high = sorted((draw(xids), draw(xids)))
+    return SegmentInfo(
+        draw(names), str(draw(tables)), draw(st.integers(0, 99)), first, last, low, high, draw(st.integers(0))
+    )
+
+
+@st.composite
+def pipeline_states(draw: st.DrawFn) -> PipelineState:
+    table_states = [
+        TableState(t, draw(phases), draw(st.integers(0, 2**40)), tuple(draw(st.lists(columns, max_size=3))))
+        for t in draw(st.lists(tables, max_size=4, unique=True))
+    ]
+    return PipelineState(
+        pipeline=draw(
+            st.from_regex(r"[a-z_][a-z0-9_.-]{0,30}", fullmatch=True).filter(lambda n: ".." not in n)
+        ),
+        version=draw(st.integers(0, 2**63 - 1)),
+        slot_name=draw(st.none() | st.from_regex(r"[a-z_][a-z0-9_]{0,62}", fullmatch=True)),
+        slot_creation_lsn=draw(st.none() | lsns),
+        last_end_lsn=draw(st.none() | lsns),
+        segments=tuple(draw(st.lists(segments(), max_size=4))),
+        watermarks=draw(st.dictionaries(names, names, max_size=3)),
+        tables={ts.key: ts for ts in table_states},
+    )
+
+
+# ---- round trips --------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(pipeline_states())
+def test_json_round_trip(state: PipelineState) -> None:
+    text = json.dumps(state.to_json())  # JSON-safe: plain json.dumps accepts it
+    assert PipelineState.from_json(json.loads(text)) == state
+
+
+def _full_state() -> PipelineState:
+    segment = SegmentInfo("seg/0001.parquet", str(ODD), 2, LSN(TOP.value - 5), TOP, 2**63, XID_MAX, 10)
+    state = (
+        PipelineState("orders_to_lake")
+        .with_slot("pgsync_orders", LSN.parse("FFFFFFFF/FFFFFF00"))
+        .with_table_phase(ODD, Init())
+        .with_table_phase(ODD, DataSync())
+        .with_table_phase(ODD, SyncDone("snap-1", TOP, XID_MAX - 3, XID_MAX, (XID_MAX - 2, XID_MAX - 1)))
+        .with_table_phase("public.plain", Init())
+        .with_table_phase("public.plain", Errored("lost", "rebaseline", "none"))
+        .with_watermark("lake", "FFFFFFFF/FFFFFFFF/17")
+    )
+    odd = state.table(ODD).with_columns([ColumnInfo("Id", 23, -1, True), ColumnInfo("a;b", 1043, 14, False)])
+    return state.with_capture(TOP, [segment], [odd])
+
+
+def test_full_state_round_trip_with_extremes() -> None:
+    state = _full_state()
+    data = state.to_json()
+    assert data["tables"][str(ODD)]["phase"]["xmax"] == XID_MAX
+    assert data["segments"][0]["last_commit_lsn"] == "FFFFFFFF/FFFFFFFF"
+    assert PipelineState.from_json(json.loads(json.dumps(data))) == state
+    assert TableRef.parse(next(iter(data["tables"]))) in (ODD, TableRef("public", "plain"))
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def test_columns_bump_schema_version_only_when_they_change() -> None:
+    ts = TableState(TableRef("public", "t"))
+    first = ts.with_columns([ColumnInfo("id", 23, -1, True)])
+    assert first.schema_version == 0  # first columns seen: nothing to compare with
+    assert first.with_columns([ColumnInfo("id", 23, -1, True)]) is first
+    second = first.with_columns([ColumnInfo("id", 23, -1, True), ColumnInfo("x", 25, -1, False)])
+    assert second.schema_version == 1
+
+
+def test_capture_replaces_segments_of_the_same_path_and_never_goes_back() -> None:
+    state = PipelineState("p").with_table_phase("t", Init())
+    seg = SegmentInfo("a", "t", 0, LSN(10), LSN(20), 5, 6, 3)
+    state = state.with_capture(LSN(30), [seg]).with_capture(
+        LSN(30), [SegmentInfo("a", "t", 0, LSN(10), LSN(20), 5, 6, 4)]
+    )
+    assert [s.rows for s in state.segments] == [4]
+    assert state.segments[0].table == "public.t"
+    earlier = SegmentInfo("b", "public.t", 0, LSN(1), LSN(2), 1, 1, 1)
+    assert [s.path for s in state.with_capture(LSN(40), [earlier]).segments] == ["b", "a"]
+    with pytest.raises(StateError, match=r"back from 0/1E to 0/14.*rebaseline"):
+        state.with_capture(LSN(20))
+
+
+def test_capture_keeps_phases_and_refuses_older_schema_versions() -> None:
+    state = PipelineState("p").with_table_phase("t", Init()).with_table_phase("t", DataSync())
+    newer = TableState(TableRef("public", "t"), Init(), 3, (ColumnInfo("id", 23, -1, True),))
+    state = state.with_capture(LSN(1), tables=[newer])
+    assert state.table("t").phase == DataSync() and state.table("t").schema_version == 3
+    with pytest.raises(StateError, match="schema version would go back from 3 to 0"):
+        state.with_capture(LSN(1), tables=[TableState(TableRef("public", "t"))])
+
+
+def test_watermarks_slot_segments_and_removal_return_new_states() -> None:
+    state = PipelineState("p").with_table_phase("t", Init())
+    assert state.with_watermark("pg", "0/10/3").watermarks == {"pg": "0/10/3"}
+    assert state.with_slot("pgsync_s", LSN(7)).slot_creation_lsn == LSN(7)
+    assert state.with_segments([]).segments == ()
+    assert state.without_table("public.t").tables == {}
+    assert state.watermarks == {} and state.slot_name is None and "public.t" in state.tables
+    with pytest.raises(ConfigError, match="replication slot name"):
+        state.with_slot("Bad-Slot", None)
+
+
+@pytest.mark.parametrize("name", ["", "a..b", "has space", "-lead", "x" * 201, "ünï"])
+def test_pipeline_names_fit_a_variable_key(name: str) -> None:
+    with pytest.raises(ConfigError, match="pipeline name"):
+        PipelineState(name)
+
+
+# ---- malformed JSON -------------------------------------------------------------------------
+
+
+def _broken(change: Any) -> dict[str, Any]:
+    data = _full_state().to_json()
+    change(data)
+    return data
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d.pop("segments"),
+        lambda d: d.update(last_end_lsn=12),
+        lambda d: d.update(version="3"),
+        lambda d: d["tables"].update({"bad name!": d["tables"].popitem()[1]}),
+        lambda d: next(iter(d["tables"].values()))["phase"].update(kind="Sleeping"),
+        lambda d: d["segments"][0].update(min_xid=2**64),
+        lambda d: d["segments"][0].update(rows=True),
+        lambda d: d.update(format=0),
+    ],
+)
+def test_malformed_state_raises_state_error_with_remedy(change: Any) -> None:
+    with pytest.raises(StateError, match=r"pipeline 'orders_to_lake' is malformed .*delete it"):
+        PipelineState.from_json(_broken(change))
+
+
+def test_newer_format_asks_for_an_upgrade() -> None:
+    with pytest.raises(StateError, match=r"newer pgsync.*upgrade"):
+        PipelineState.from_json(_broken(lambda d: d.update(format=99)))
+
+
+def test_non_object_is_rejected() -> None:
+    with pytest.raises(StateError, match="JSON object"):
+        PipelineState.from_json([1, 2])  # type: ignore[arg-type]
