@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "dev"))
@@ -78,6 +79,19 @@ class Database:
 
     def connect(self, *, autocommit: bool = True) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(self.conninfo, autocommit=autocommit)
+
+    def transaction(self, *statements: str | sql.Composable, commit: bool = True) -> int:
+        """Run ``statements`` in one transaction (committed, or rolled back); return its xid."""
+        with self.connect(autocommit=False) as conn:
+            row = conn.execute("SELECT txid_current()").fetchone()
+            assert row is not None
+            for statement in statements:
+                conn.execute(statement)  # type: ignore[arg-type]
+            if commit:
+                conn.commit()
+            else:
+                conn.rollback()
+        return int(row[0])  # type: ignore[call-overload]
 
     def execute(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         """Run one statement in its own transaction and return its rows (if any)."""

@@ -1,11 +1,12 @@
 """A PostgreSQL advisory lock on a text key, held by a transaction for the length of a ``with`` block.
 
-Both state stores and capture use it. A transaction-level lock
+Both state stores use it (capture holds a session lock of its own that names its holder,
+``PgReplicationHook.capture_lock``). A transaction-level lock
 (``pg_advisory_xact_lock``) is released by the server when the transaction ends or
 the session dies, so a killed task never leaves a lock behind, unlike a lock row or
 a session-level lock on a pooled connection. Keys are text, hashed to the lock's
 bigint with ``hashtextextended(key, 0)``; prefix them with what they protect
-(``state_lock_key``, ``slot_lock_key``) so different uses never collide.
+(``state_lock_key``) so different uses never collide.
 
 Each lock opens its own connection, so the lock is not re-entrant: taking the same
 key twice in one thread waits for itself (until ``timeout``).
@@ -55,11 +56,6 @@ def as_connect(source: ConnectionSource) -> Connect:
 def state_lock_key(pipeline: str) -> str:
     """The lock key that serialises read-compare-write of one pipeline's state."""
     return f"pgsync_state:{pipeline}"
-
-
-def slot_lock_key(slot_name: str) -> str:
-    """The lock key capture holds so two runs never peek the same slot at once."""
-    return f"pgsync_slot:{slot_name}"
 
 
 class AdvisoryLock:

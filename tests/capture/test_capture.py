@@ -40,20 +40,6 @@ TABLES_DDL = [
 ITEMS, EVENTS = "public.items", "public.events"
 
 
-def _transaction(database: Database, *statements: str | sql.Composable, commit: bool = True) -> int:
-    """Run ``statements`` in one transaction; its xid."""
-    with database.connect(autocommit=False) as conn:
-        row = conn.execute("SELECT txid_current()").fetchone()
-        assert row is not None
-        for statement in statements:
-            conn.execute(statement)  # type: ignore[arg-type]
-        if commit:
-            conn.commit()
-        else:
-            conn.rollback()
-    return int(row[0])  # type: ignore[call-overload]
-
-
 def _picked(changes: Sequence[Change], columns: Sequence[str]) -> list[tuple[Any, ...]]:
     """(op, xid, seq, *columns) of each change."""
     return [(c["_op"], c["_xid"], c["_seq"], *(c[name] for name in columns)) for c in changes]
@@ -77,23 +63,22 @@ def _check_slot_matches_state(pipeline: Pipeline, result: CaptureResult) -> None
 
 def test_changes_over_cut_batches_are_exact(database: Database, make_pipeline: MakePipeline) -> None:
     pipeline = make_pipeline(TABLES_DDL, ["items", "events"], reference_slot=True)
-    x_bulk = _transaction(database, "INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 30) g")
-    x_mixed = _transaction(
-        database,
+    x_bulk = database.transaction("INSERT INTO items SELECT g, 'n' || g, g FROM generate_series(1, 30) g")
+    x_mixed = database.transaction(
         "INSERT INTO events VALUES (1, 'a'), (2, NULL)",
         "UPDATE items SET qty = 100 WHERE id = 3",
         "UPDATE items SET name = NULL WHERE id = 4",
     )
-    x_rolled_back = _transaction(
-        database, "INSERT INTO items VALUES (99, 'gone', 0)", "DELETE FROM events", commit=False
+    x_rolled_back = database.transaction(
+        "INSERT INTO items VALUES (99, 'gone', 0)", "DELETE FROM events", commit=False
     )
-    x_key = _transaction(database, "UPDATE items SET id = 31, name = 'moved' WHERE id = 1")
-    x_full = _transaction(database, "UPDATE events SET b = 'b' WHERE a = 2")
-    x_delete = _transaction(database, "DELETE FROM items WHERE id = 2", "DELETE FROM events WHERE a = 1")
+    x_key = database.transaction("UPDATE items SET id = 31, name = 'moved' WHERE id = 1")
+    x_full = database.transaction("UPDATE events SET b = 'b' WHERE a = 2")
+    x_delete = database.transaction("DELETE FROM items WHERE id = 2", "DELETE FROM events WHERE a = 1")
     small = sql.SQL("INSERT INTO events VALUES ({}, {})")
-    x_small = [_transaction(database, small.format(i, f"e{i}")) for i in range(10, 50)]
-    x_truncate = _transaction(database, "TRUNCATE items, events")
-    x_after = _transaction(database, "INSERT INTO items VALUES (7, 'after', 7)")
+    x_small = [database.transaction(small.format(i, f"e{i}")) for i in range(10, 50)]
+    x_truncate = database.transaction("TRUNCATE items, events")
+    x_after = database.transaction("INSERT INTO items VALUES (7, 'after', 7)")
 
     results: list[CaptureResult] = []
     while not results or not results[-1].idle:
@@ -172,18 +157,18 @@ def test_changes_over_cut_batches_are_exact(database: Database, make_pipeline: M
 
 def test_schema_changes_start_new_versions(database: Database, make_pipeline: MakePipeline) -> None:
     pipeline = make_pipeline(TABLES_DDL, ["items", "events"])
-    x0 = _transaction(database, "INSERT INTO items VALUES (1, 'one', 1)")
+    x0 = database.transaction("INSERT INTO items VALUES (1, 'one', 1)")
     # a Relation with the same columns (sent again after TRUNCATE of the other table) is no new version
-    _transaction(database, "TRUNCATE events")
-    x0b = _transaction(database, "INSERT INTO items VALUES (2, 'two', 2)")
+    database.transaction("TRUNCATE events")
+    x0b = database.transaction("INSERT INTO items VALUES (2, 'two', 2)")
     first = pipeline.capture()
     database.execute("ALTER TABLE items ADD COLUMN extra text")
-    x1 = _transaction(database, "INSERT INTO items VALUES (3, 'three', 3, '33')")
+    x1 = database.transaction("INSERT INTO items VALUES (3, 'three', 3, '33')")
     second = pipeline.capture()
     database.execute("ALTER TABLE items DROP COLUMN qty")
-    x2 = _transaction(database, "UPDATE items SET extra = '11' WHERE id = 1")
+    x2 = database.transaction("UPDATE items SET extra = '11' WHERE id = 1")
     database.execute("ALTER TABLE items ALTER COLUMN extra TYPE int USING extra::int")
-    x3 = _transaction(database, "INSERT INTO items VALUES (4, 'four', 44)", "DELETE FROM items WHERE id = 2")
+    x3 = database.transaction("INSERT INTO items VALUES (4, 'four', 44)", "DELETE FROM items WHERE id = 2")
     third = pipeline.capture()
     assert [r.idle for r in (first, second, third)] == [True, True, True]
 
@@ -249,10 +234,9 @@ def test_crash_between_state_save_and_advance_captures_nothing_twice(
     database: Database, make_pipeline: MakePipeline, source_conn_id: str
 ) -> None:
     pipeline = make_pipeline(TABLES_DDL, ["items", "events"])
-    x1 = _transaction(
-        database, "INSERT INTO items VALUES (1, 'one', 1)", "INSERT INTO events VALUES (1, 'a')"
+    x1 = database.transaction("INSERT INTO items VALUES (1, 'one', 1)", "INSERT INTO events VALUES (1, 'a')"
     )
-    x2 = _transaction(database, "UPDATE items SET qty = 2 WHERE id = 1")
+    x2 = database.transaction("UPDATE items SET qty = 2 WHERE id = 1")
     settings = pipeline.settings
     crashed = subprocess.run(
         [
@@ -282,7 +266,7 @@ def test_crash_between_state_save_and_advance_captures_nothing_twice(
     recorded = pipeline.changes(ITEMS)
     assert [(c["_op"], c["_xid"], c["qty"]) for c in recorded] == [("I", x1, "1"), ("U", x2, "2")]
 
-    x3 = _transaction(database, "DELETE FROM items WHERE id = 1", "INSERT INTO events VALUES (2, 'b')")
+    x3 = database.transaction("DELETE FROM items WHERE id = 1", "INSERT INTO events VALUES (2, 'b')")
     rerun = pipeline.capture()
 
     # the re-run re-peeked x1 and x2 but dropped them: only x3 is new

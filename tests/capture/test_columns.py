@@ -49,6 +49,7 @@ from airflow_provider_pgsync.pgoutput import (
     decode_message,
 )
 from airflow_provider_pgsync.state.model import ColumnInfo
+from tests.pgoutput.mutations import mutate
 from tests.pgoutput.wire import encode
 
 PROPERTY = settings(
@@ -762,32 +763,6 @@ def test_malformed_streams_raise_decode_error(case: Malformed, data: st.DataObje
         assert info.value.tag == case.tag, info.value
 
 
-INTERESTING_INT32 = [b"\x7f\xff\xff\xff", b"\x80\0\0\0", b"\xff" * 4, b"\0" * 4]
-
-
-def mutate(draw: st.DrawFn, payload: bytes) -> bytes:
-    """1 to 3 random byte edits, as the decoder's fuzz tests do."""
-    buf = bytearray(payload)
-    for _ in range(draw(st.integers(1, 3))):
-        op = draw(st.sampled_from(["flip", "cut", "insert", "replace", "delete", "int32"]))
-        if op == "cut":
-            del buf[draw(st.integers(0, len(buf))) :]
-        elif op == "insert":
-            at = draw(st.integers(0, len(buf)))
-            buf[at:at] = draw(st.binary(min_size=1, max_size=6))
-        elif not buf:
-            continue
-        elif op == "flip":
-            buf[draw(st.integers(0, len(buf) - 1))] ^= 1 << draw(st.integers(0, 7))
-        elif op == "replace":
-            buf[draw(st.integers(0, len(buf) - 1))] = draw(st.integers(0, 255))
-        elif op == "delete":
-            at = draw(st.integers(0, len(buf) - 1))
-            del buf[at : at + draw(st.integers(1, 4))]
-        else:
-            at = draw(st.integers(0, len(buf) - 1))
-            buf[at : at + 4] = draw(st.sampled_from(INTERESTING_INT32))
-    return bytes(buf)
 
 
 @st.composite
@@ -801,7 +776,7 @@ def fuzzed_streams(draw: st.DrawFn) -> list[bytes]:
     for _ in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
             i = draw(st.sampled_from(targets))
-            payloads[i] = mutate(draw, payloads[i])
+            payloads[i] = mutate(draw, payloads[i], edits=3, insert_max=6)
         else:  # an edit that keeps the payload readable: a value's bytes, the relation id, a sub-tag
             i = draw(st.sampled_from(changes))
             p = bytearray(payloads[i])

@@ -35,32 +35,17 @@ def hook(database: Database, source_conn_id: str) -> PgReplicationHook:
     return hook
 
 
-def _transaction(database: Database, *statements: str, commit: bool = True) -> int:
-    """Run statements in one transaction; return its xid."""
-    with database.connect(autocommit=False) as conn:
-        row = conn.execute("SELECT txid_current()").fetchone()
-        assert row is not None
-        for statement in statements:
-            conn.execute(statement)  # type: ignore[arg-type]
-        if commit:
-            conn.commit()
-        else:
-            conn.rollback()
-    return int(row[0])  # type: ignore[call-overload]
-
-
 def test_every_kind_of_change_decodes_exactly(database: Database, hook: PgReplicationHook) -> None:
     started = datetime.now(UTC)
-    x_insert = _transaction(
-        database, "INSERT INTO items VALUES (1, 'a', repeat('x', 12000)), (2, 'b', 'small')"
+    x_insert = database.transaction("INSERT INTO items VALUES (1, 'a', repeat('x', 12000)), (2, 'b', 'small')"
     )
-    x_update = _transaction(database, "UPDATE items SET name = 'a2' WHERE id = 1")
-    x_key = _transaction(database, "UPDATE items SET id = 10 WHERE id = 2")
-    x_delete = _transaction(database, "DELETE FROM items WHERE id = 10")
-    _transaction(database, "INSERT INTO items VALUES (99, 'rolled back', NULL)", commit=False)
-    x_message = _transaction(database, "SELECT pg_logical_emit_message(true, 'pgsync', 'hello')")
+    x_update = database.transaction("UPDATE items SET name = 'a2' WHERE id = 1")
+    x_key = database.transaction("UPDATE items SET id = 10 WHERE id = 2")
+    x_delete = database.transaction("DELETE FROM items WHERE id = 10")
+    database.transaction("INSERT INTO items VALUES (99, 'rolled back', NULL)", commit=False)
+    x_message = database.transaction("SELECT pg_logical_emit_message(true, 'pgsync', 'hello')")
     database.execute("SELECT pg_logical_emit_message(false, 'pgsync-nt', 'now')")
-    x_truncate = _transaction(database, "TRUNCATE items, other")
+    x_truncate = database.transaction("TRUNCATE items, other")
     ended = datetime.now(UTC)
 
     flush = hook.wal_positions().flush

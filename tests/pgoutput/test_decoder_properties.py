@@ -37,6 +37,7 @@ from airflow_provider_pgsync.pgoutput import (
     Update,
     decode_message,
 )
+from tests.pgoutput.mutations import mutate
 
 from .wire import encode, encode_with_spans, field_start, in_stream_for
 
@@ -95,33 +96,10 @@ seeds = messages.map(encode)
 if GOLDEN:
     seeds = st.one_of(seeds, st.sampled_from(GOLDEN))
 
-INTERESTING_INT32 = [b"\x7f\xff\xff\xff", b"\x80\x00\x00\x00", b"\xff\xff\xff\xff", b"\x00\x00\x00\x00"]
-
-
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
     """A valid payload with 1 to 4 random edits: bit flips, cuts, insertions, replacements."""
-    buf = bytearray(draw(seeds))
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "cut", "insert", "replace", "delete", "int32"]))
-        if op == "cut":
-            del buf[draw(st.integers(0, len(buf))) :]
-        elif op == "insert":
-            at = draw(st.integers(0, len(buf)))
-            buf[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif not buf:
-            continue
-        elif op == "flip":
-            buf[draw(st.integers(0, len(buf) - 1))] ^= 1 << draw(st.integers(0, 7))
-        elif op == "replace":
-            buf[draw(st.integers(0, len(buf) - 1))] = draw(u8)
-        elif op == "delete":
-            at = draw(st.integers(0, len(buf) - 1))
-            del buf[at : at + draw(st.integers(1, 4))]
-        else:
-            at = draw(st.integers(0, len(buf) - 1))
-            buf[at : at + 4] = draw(st.sampled_from(INTERESTING_INT32))
-    return bytes(buf)
+    return mutate(draw, draw(seeds))
 
 
 def assert_robust(payload: bytes) -> None:

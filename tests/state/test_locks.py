@@ -9,7 +9,7 @@ import pytest
 
 from airflow_provider_pgsync.errors import ConfigError, LockTimeoutError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.locks import AdvisoryLock, slot_lock_key, state_lock_key
+from airflow_provider_pgsync.state.locks import AdvisoryLock, state_lock_key
 from tests.conftest import Database
 from tests.state.conftest import Connect
 
@@ -74,11 +74,11 @@ def test_lock_timeout_is_restored_inside_the_block(connect: Connect) -> None:
 
 
 def test_hook_as_source(source_conn_id: str, database: Database) -> None:
-    with AdvisoryLock(PgReplicationHook(postgres_conn_id=source_conn_id), slot_lock_key("s")):
+    with AdvisoryLock(PgReplicationHook(postgres_conn_id=source_conn_id), state_lock_key("s")):
         assert _advisory_locks(database) == 1
 
 
 def test_keys_and_arguments() -> None:
-    assert state_lock_key("p") == "pgsync_state:p" and slot_lock_key("s") == "pgsync_slot:s"
+    assert state_lock_key("p") == "pgsync_state:p"
     with pytest.raises(ConfigError, match="key"):
         AdvisoryLock(lambda: None, "")  # type: ignore[arg-type, return-value]
