@@ -15,9 +15,17 @@ import time
 import psycopg
 from psycopg import sql
 
-from pgcluster import REPO, dev_cluster
+from pgcluster import REPO, Cluster, default_base_dir, server_user
 
 BENCH = REPO / ".dev" / "bench"
+
+
+def bench_cluster() -> Cluster:
+    """A fresh private cluster for one benchmark, so nothing else retains WAL or competes."""
+    cluster = Cluster(root=default_base_dir(server_user()) / "bench-pg", port=54339)
+    cluster.destroy()
+    cluster.start()
+    return cluster
 
 
 def bench_capture(changes: int) -> float:
@@ -27,10 +35,8 @@ def bench_capture(changes: int) -> float:
     from airflow_provider_pgsync.state.phases import Init
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
-    cluster = dev_cluster()
-    cluster.start()
+    cluster = bench_cluster()
     db = "pgsync_bench_capture"
-    cluster.drop_database(db)
     cluster.create_database(db)
     single, bulk = changes // 2, changes // 2 // 1000
     print(f"backlog: {single:,} single-row transactions + {bulk:,} transactions of 1,000 rows, 5 columns")
@@ -92,7 +98,7 @@ def bench_capture(changes: int) -> float:
     ours_rate = changes / ours
     print(f"capture (peek -> segments -> state -> advance, best of 2): {ours:.2f} s, "
           f"{ours_rate:,.0f} changes/s")
-    cluster.drop_database(db)
+    cluster.destroy()
     ratio = ours_rate / raw_rate
     print(f"capture_ratio={ratio:.2f}")
     return ratio

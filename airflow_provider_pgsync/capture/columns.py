@@ -370,15 +370,24 @@ def _read_changes(
         raise _Fallback("trailing bytes after the new tuple")
 
     names = [c.name for c in tv.relation.columns]
+    keys = [j for j, c in enumerate(tv.relation.columns) if c.is_key]
     ops = np.where(is_i, 0, np.where(is_u, 1, 2)).astype(np.uint8)
+    # every string column in one pass: the old keys, then the row columns
+    kinds = np.full((len(keys) + ncols, n), _NULL, np.uint8)
+    starts_ = np.zeros((len(keys) + ncols, n), np.int64)
+    lengths = np.zeros((len(keys) + ncols, n), np.int64)
+    kinds[: len(keys), old] = old_kinds[:, keys].T
+    starts_[: len(keys), old] = old_start[:, keys].T
+    lengths[: len(keys), old] = old_len[:, keys].T
+    kinds[len(keys) :, new] = new_kinds.T
+    starts_[len(keys) :, new] = new_start.T
+    lengths[len(keys) :, new] = new_len.T
+    columns = _strings(buf, kinds, starts_, lengths)
     out: dict[str, pa.Array] = {UNCHANGED: _unchanged(names, n, new, new_kinds)}
-    for j, column in enumerate(tv.relation.columns):
-        if column.is_key:
-            out[old_key_column(column.name)] = _strings(
-                buf, n, old, old_kinds[:, j], old_start[:, j], old_len[:, j]
-            )
+    for k, j in enumerate(keys):
+        out[old_key_column(names[j])] = columns[k]
     for j, name in enumerate(names):
-        out[name] = _strings(buf, n, new, new_kinds[:, j], new_start[:, j], new_len[:, j])
+        out[name] = columns[len(keys) + j]
     return ops, out
 
 
@@ -414,37 +423,36 @@ def _tuples(
     return kinds, vstart, vlen, off
 
 
-def _strings(
-    buf: np.ndarray, n: int, rows: np.ndarray, kinds: np.ndarray, vstart: np.ndarray, vlen: np.ndarray
-) -> pa.Array:
-    """A string column of ``n`` rows; ``rows`` have a tuple, text where their kind is 't'."""
-    valid = np.zeros(n, dtype=bool)
-    valid[rows] = kinds == _TEXT
-    lengths = np.zeros(n, np.int64)
-    lengths[rows] = np.where(kinds == _TEXT, vlen, 0)
-    starts = np.zeros(n, np.int64)
-    starts[rows] = vstart
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+def _strings(buf: np.ndarray, kinds: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[pa.Array]:
+    """String columns from (columns, rows) arrays of tuple kinds, value starts and lengths.
+
+    All values are gathered into one buffer with one index, checked as UTF-8 once, and
+    each column is a zero-copy slice of that one array.
+    """
+    ncols, n = kinds.shape
+    valid = (kinds == _TEXT).ravel()
+    sizes = np.where(valid, lengths.ravel(), 0)
+    offsets = np.zeros(ncols * n + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
     total = int(offsets[-1])
     if total >= 2**31:
         raise _Fallback("more than 2 GiB of values in one fetch")  # pragma: no cover
     if total:
-        take = np.flatnonzero(lengths)
-        gather = np.repeat(starts[take] - offsets[take], lengths[take]) + np.arange(total)
+        take = np.flatnonzero(sizes)
+        gather = np.repeat(starts.ravel()[take] - offsets[take], sizes[take]) + np.arange(total)
         data = buf[gather]
     else:
         data = np.empty(0, np.uint8)
-    nulls = n - int(valid.sum())
+    nulls = ncols * n - int(valid.sum())
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    array = pa.StringArray.from_buffers(
-        n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data), bitmap, nulls
+    values = pa.StringArray.from_buffers(
+        ncols * n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data), bitmap, nulls
     )
     try:
-        array.validate(full=True)
+        values.validate(full=True)
     except pa.ArrowInvalid:
         raise _Fallback("a text value is not valid UTF-8") from None
-    return array
+    return [values.slice(c * n, n) for c in range(ncols)]
 
 
 def _unchanged(names: list[str], n: int, rows: np.ndarray, kinds: np.ndarray) -> pa.Array:

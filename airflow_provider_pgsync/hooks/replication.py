@@ -7,6 +7,7 @@ bounded peeks and advances. Decisions are made by pure modules (``source.preflig
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.pq import Format
-from psycopg.rows import scalar_row, tuple_row
+from psycopg.rows import RowMaker, tuple_row
 
 from airflow_provider_pgsync.errors import (
     CaptureBusyError,
@@ -363,7 +364,7 @@ class PgReplicationHook(PostgresHook):
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
                 binary=True,
-                row_factory=scalar_row if scalar else tuple_row,
+                row_factory=_first_column if scalar else tuple_row,
             )
             cursor.execute(
                 sql.SQL(
@@ -551,6 +552,12 @@ class _LsnDumper(Dumper):
 
     def dump(self, obj: Any) -> bytes:
         return str(obj).encode("ascii")
+
+
+def _first_column(cursor: Any) -> RowMaker[Any]:
+    """A row factory giving the first column, like ``scalar_row`` but in C (``itemgetter``):
+    capture fetches millions of rows, and a Python call per row costs a tenth of a second a million."""
+    return operator.itemgetter(0)
 
 
 def register_lsn(adapters: AdaptersMap) -> None:
