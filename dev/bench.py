@@ -44,7 +44,7 @@ def bench_capture(changes: int) -> float:
     with psycopg.connect(cluster.conninfo(db), autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE bench (id bigint PRIMARY KEY, qty int, label text, price double precision,"
-            " at timestamptz)"
+            " at timestamptz) WITH (autovacuum_enabled = false)"  # no vacuum competing for the CPUs
         )
         conn.execute("CREATE PUBLICATION bench_pub FOR TABLE bench")
         conn.execute("SELECT pg_create_logical_replication_slot('bench_slot', 'pgoutput')")
