@@ -7,7 +7,6 @@ bounded peeks and advances. Decisions are made by pure modules (``source.preflig
 
 from __future__ import annotations
 
-import operator
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -17,9 +16,7 @@ from typing import Any
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
-from psycopg.adapt import AdaptersMap, Dumper, Loader
-from psycopg.pq import Format
-from psycopg.rows import RowMaker, tuple_row
+from psycopg.rows import tuple_row
 
 from airflow_provider_pgsync.errors import (
     CaptureBusyError,
@@ -28,17 +25,13 @@ from airflow_provider_pgsync.errors import (
     SlotError,
     SourceUnavailableError,
 )
+from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
+from airflow_provider_pgsync.hooks.catalog import desired_state, publication_state, table_facts
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
-from airflow_provider_pgsync.source.preflight import SourceFacts, TableFacts, find_problems
-from airflow_provider_pgsync.source.publication import (
-    PublishedTable,
-    normalise_filter,
-    published_tables,
-    table_list_sql,
-)
+from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
+from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
 
-PG_LSN_OID = 3220
 _CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
@@ -148,7 +141,7 @@ class PgReplicationHook(PostgresHook):
             ).fetchone()
             pub = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication_name,))
             publication_exists = pub.fetchone() is not None
-            table_facts = tuple(_table_facts(conn, spec.table, publication_name) for spec in specs)
+            tables_facts = tuple(table_facts(conn, spec.table, publication_name) for spec in specs)
         return SourceFacts(
             database=row[0],
             role=row[1],
@@ -163,7 +156,7 @@ class PgReplicationHook(PostgresHook):
             slot_plugin=slot[0] if slot else None,
             slot_database=slot[1] if slot else None,
             publication_exists=publication_exists,
-            tables=table_facts,
+            tables=tables_facts,
         )
 
     def preflight(self, *, slot_name: str, tables: Iterable[Any], publication_name: str) -> SourceFacts:
@@ -195,7 +188,7 @@ class PgReplicationHook(PostgresHook):
                     f"publication {name}: column lists and row filters need PostgreSQL 15 or newer "
                     f"(the source runs {version // 10000}); remove them from the table entries"
                 )
-            current = _publication_state(conn, name, version)
+            current = publication_state(conn, name, version)
             try:
                 if current is None:
                     try:
@@ -207,9 +200,9 @@ class PgReplicationHook(PostgresHook):
                         self.log.info("created publication %s for %d table(s)", name, len(wanted))
                         return "created"
                     except psycopg.errors.DuplicateObject:
-                        current = _publication_state(conn, name, version)
+                        current = publication_state(conn, name, version)
                         assert current is not None
-                if current == _desired_state(wanted):
+                if current == desired_state(wanted):
                     self.log.info("publication %s already carries the %d table(s)", name, len(wanted))
                     return "unchanged"
                 with conn.transaction():
@@ -364,7 +357,7 @@ class PgReplicationHook(PostgresHook):
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
                 binary=True,
-                row_factory=_first_column if scalar else tuple_row,
+                row_factory=first_column if scalar else tuple_row,
             )
             cursor.execute(
                 sql.SQL(
@@ -448,120 +441,3 @@ class PgReplicationHook(PostgresHook):
                 ).fetchone()
         assert row is not None
         return row[0]
-
-
-# ---- helpers -------------------------------------------------------------------------------
-
-
-def _table_facts(conn: psycopg.Connection[Any], table: TableRef, publication_name: str) -> TableFacts:
-    row = conn.execute(
-        """
-        SELECT c.relkind::text, c.relreplident::text,
-               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
-               has_table_privilege(c.oid, 'SELECT'),
-               pg_has_role(c.relowner, 'USAGE'),
-               EXISTS (SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
-                       WHERE pr.prrelid = c.oid AND p.pubname = %s)
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = %s AND c.relname = %s
-        """,
-        (publication_name, table.schema, table.name),
-    ).fetchone()
-    if row is None:
-        return TableFacts(table, exists=False)
-    return TableFacts(table, True, row[0], row[1], row[2], row[3], row[4], row[5])
-
-
-_TableState = dict[TableRef, tuple[frozenset[str] | None, str | None]]
-
-
-def _desired_state(tables: Sequence[PublishedTable]) -> tuple[str, _TableState]:
-    return "tables", {
-        t.table: (frozenset(t.columns) if t.columns else None, normalise_filter(t.row_filter)) for t in tables
-    }
-
-
-def _publication_state(
-    conn: psycopg.Connection[Any], name: str, version: int
-) -> tuple[str, _TableState] | None:
-    pub = conn.execute(
-        "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate AND pubviaroot"
-        " FROM pg_publication WHERE pubname = %s",
-        (name,),
-    ).fetchone()
-    if pub is None:
-        return None
-    if pub[0]:
-        raise ConfigError(
-            f"publication {name} exists FOR ALL TABLES; pgsync manages the table list of its own "
-            "publication: choose another publication name"
-        )
-    if version >= 150000:
-        has_schemas = conn.execute(
-            "SELECT 1 FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid"
-            " WHERE p.pubname = %s",
-            (name,),
-        ).fetchone()
-        if has_schemas:
-            raise ConfigError(
-                f"publication {name} publishes whole schemas (FOR TABLES IN SCHEMA); pgsync manages "
-                "the table list of its own publication: choose another publication name"
-            )
-        rows = conn.execute(_PUBLISHED_TABLES_15, (name,)).fetchall()
-    else:
-        rows = conn.execute(_PUBLISHED_TABLES_14, (name,)).fetchall()
-    state: _TableState = {
-        TableRef(schema, rel): (frozenset(cols) if cols else None, normalise_filter(qual))
-        for schema, rel, cols, qual in rows
-    }
-    # a publication that does not publish every operation via the root must be altered too
-    return ("tables" if pub[1] else "partial-publish"), state
-
-
-_PUBLISHED_TABLES_14 = """
-    SELECT n.nspname::text, c.relname::text, NULL::text[], NULL::text
-    FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
-    JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE p.pubname = %s
-"""
-_PUBLISHED_TABLES_15 = """
-    SELECT n.nspname::text, c.relname::text,
-           (SELECT array_agg(a.attname::text) FROM pg_attribute a
-            WHERE a.attrelid = pr.prrelid AND a.attnum = ANY(pr.prattrs)),
-           pg_get_expr(pr.prqual, pr.prrelid)
-    FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
-    JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE p.pubname = %s
-"""
-
-
-class _LsnBinaryLoader(Loader):
-    format = Format.BINARY
-
-    def load(self, data: Any) -> LSN:
-        return LSN(int.from_bytes(data, "big"))
-
-
-class _LsnTextLoader(Loader):
-    def load(self, data: Any) -> LSN:
-        return LSN.parse(bytes(data).decode("ascii"))
-
-
-class _LsnDumper(Dumper):
-    oid = PG_LSN_OID
-
-    def dump(self, obj: Any) -> bytes:
-        return str(obj).encode("ascii")
-
-
-def _first_column(cursor: Any) -> RowMaker[Any]:
-    """A row factory giving the first column, like ``scalar_row`` but in C (``itemgetter``):
-    capture fetches millions of rows, and a Python call per row costs a tenth of a second a million."""
-    return operator.itemgetter(0)
-
-
-def register_lsn(adapters: AdaptersMap) -> None:
-    """Load ``pg_lsn`` values as ``LSN`` and send ``LSN`` values as ``pg_lsn``."""
-    adapters.register_loader(PG_LSN_OID, _LsnTextLoader)
-    adapters.register_loader(PG_LSN_OID, _LsnBinaryLoader)
-    adapters.register_dumper(LSN, _LsnDumper)
