@@ -27,13 +27,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion
+from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion, columns_of
 from airflow_provider_pgsync.capture.failpoints import EXIT_CODE, fail_point
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError, StateError
 from airflow_provider_pgsync.pgoutput import Relation
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo, TableState
 
 log = logging.getLogger(__name__)
 _IN_FLIGHT = 2
@@ -80,7 +80,7 @@ class DecodeWriter:
         skip_before = state.last_end_lsn.value if state.last_end_lsn else 0
         self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before)
         self.tables: dict[str, TableState] = {}
-        self.columns: dict[tuple[str, int], tuple[ColumnInfo, ...]] = {}
+        self.versions: dict[tuple[str, int], TableVersion] = {}
         self.pending: dict[tuple[str, int], list[pa.Table]] = {}
         self.pending_bytes = 0
         self.parts: dict[tuple[str, int], int] = {}
@@ -98,10 +98,8 @@ class DecodeWriter:
                 f"table {key} is in the publication but not in pipeline {self.state.pipeline!r}: run "
                 "the pipeline's setup so that its publication and its tables agree"
             ) from None
-        columns = tuple(ColumnInfo(c.name, c.type_oid, c.type_modifier, c.is_key) for c in relation.columns)
-        updated = current.with_columns(columns)
+        updated = current.with_columns(columns_of(relation))
         self.tables[key] = updated
-        self.columns[(key, updated.schema_version)] = columns
         return updated.schema_version
 
     def feed(self, data: bytes, lens: np.ndarray) -> None:
@@ -131,8 +129,8 @@ class DecodeWriter:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
     def _add(self, table_version: TableVersion, data: pa.Table) -> None:
-        relation = table_version.relation
-        key = (str(TableRef(relation.namespace, relation.relation_name)), table_version.version)
+        key = (str(table_version.table), table_version.version)
+        self.versions[key] = table_version
         self.pending.setdefault(key, []).append(data)
         self.pending_bytes += data.nbytes
         self.rows_by_table[key[0]] = self.rows_by_table.get(key[0], 0) + data.num_rows
@@ -151,9 +149,8 @@ class DecodeWriter:
         self.writes.append(self.executor.submit(self._write, key, part, pa.concat_tables(tables)))
 
     def _write(self, key: tuple[str, int], part: int, data: pa.Table) -> SegmentInfo:
-        name, version = key
-        table = TableRef.parse(name)
-        segment = self.changelog.write_segment(table, version, self.columns[key], data, part=part)
+        tv = self.versions[key]
+        segment = self.changelog.write_segment(tv.table, tv.version, columns_of(tv.relation), data, part=part)
         fail_point("after_segment_write")
         return segment
 

@@ -109,13 +109,6 @@ class PgReplicationHook(PostgresHook):
         c = self.connection
         return f"{c.host}:{c.port or 5432}/{self.database or c.schema}"
 
-    def _fetchone(self, query: sql.Composable | str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
-        with self.connect() as conn:
-            row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
-        if row is None:
-            raise SlotError(f"query returned no row: {query!r}")
-        return row
-
     # ---- preflight ---------------------------------------------------------------------
 
     def source_facts(self, *, slot_name: str, tables: Iterable[Any], publication_name: str) -> SourceFacts:
@@ -291,7 +284,9 @@ class PgReplicationHook(PostgresHook):
 
     def wal_positions(self) -> WalPositions:
         """The current WAL flush and insert LSNs."""
-        row = self._fetchone("SELECT pg_current_wal_flush_lsn(), pg_current_wal_insert_lsn()")
+        with self.connect() as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn(), pg_current_wal_insert_lsn()").fetchone()
+        assert row is not None  # a SELECT without FROM returns one row
         return WalPositions(flush=row[0], insert=row[1])
 
     @contextmanager
