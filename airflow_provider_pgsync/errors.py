@@ -134,3 +134,13 @@ class ChangelogStorageError(ChangelogError):
     """The changelog's filesystem failed to read or write a segment; running again may succeed."""
 
     retryable = True
+
+
+class UnsupportedTypeError(PgSyncError):
+    """A column's type or name cannot be carried to a destination; raised before data is written."""
+
+
+class BaselineError(PgSyncError):
+    """A baseline job failed; the table is Errored and a rebaseline (after the fix) runs it again."""
+
+    retryable = True

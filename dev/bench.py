@@ -1,7 +1,9 @@
 """Benchmarks of pgsync's data paths; the last line of each is its ratio to the physical limit.
 
-    dev/bench capture    changes/s of capture (peek -> durable segments -> advance) over
-                         the server's own decoding rate of the same backlog
+dev/bench capture    changes/s of capture (peek -> durable segments -> advance) over
+                     the server's own decoding rate of the same backlog
+dev/bench baseline   rows/s of a baseline (Spark, snapshot -> durable lake base) over
+                     rows/s of COPY (SELECT * FROM t) TO STDOUT of the same table
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ def bench_capture(changes: int) -> float:
         changelog = BENCH / f"changelog{run}"
         shutil.rmtree(changelog, ignore_errors=True)
         settings = CaptureSettings(
-            pipeline=pipeline, slot_name=slot, publication_name="bench_pub",
-            changelog_uri=str(changelog), max_changes=4 * changes,
+            pipeline=pipeline,
+            slot_name=slot,
+            publication_name="bench_pub",
+            changelog_uri=str(changelog),
+            max_changes=4 * changes,
         )
         t0 = time.monotonic()
         result = capture(hook, store, settings)
@@ -96,21 +101,119 @@ def bench_capture(changes: int) -> float:
         print(f"capture run {run}: {timings[-1]:.2f} s, {len(result.segments)} segment(s)")
     ours = min(timings)
     ours_rate = changes / ours
-    print(f"capture (peek -> segments -> state -> advance, best of 2): {ours:.2f} s, "
-          f"{ours_rate:,.0f} changes/s")
+    print(
+        f"capture (peek -> segments -> state -> advance, best of 2): {ours:.2f} s, {ours_rate:,.0f} changes/s"
+    )
     cluster.destroy()
     ratio = ours_rate / raw_rate
     print(f"capture_ratio={ratio:.2f}")
     return ratio
 
 
+def bench_baseline(
+    rows: int, partition_mb: float, spark_conf: dict[str, str], options: dict[str, str]
+) -> float:
+    os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
+    lake = BENCH / "lake"
+    shutil.rmtree(lake, ignore_errors=True)
+    lake.mkdir(parents=True)
+    os.environ["PGSYNC_LAKE"] = str(lake)
+    from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+
+    cluster = bench_cluster()
+    db = "pgsync_bench_baseline"
+    cluster.create_database(db)
+    os.environ["AIRFLOW_CONN_PGSYNC_BENCH"] = cluster.url(db, with_password=True)
+    with psycopg.connect(cluster.conninfo(db), autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET autovacuum = off")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute(
+            "CREATE TABLE bench_rows (id bigint PRIMARY KEY, customer int, amount double precision,"
+            " created timestamptz, note text)"
+        )
+        started = time.monotonic()
+        conn.execute(
+            "INSERT INTO bench_rows SELECT g, g %% 100000, g * 0.37,"
+            " timestamptz '2024-01-01' + g * interval '1 second',"
+            " 'order note ' || md5(g::text) || ' ' || (g %% 997)"
+            " FROM generate_series(1, %s) g",
+            (rows,),
+        )
+        conn.execute("VACUUM (FREEZE, ANALYZE) bench_rows")
+        size = conn.execute("SELECT pg_relation_size('bench_rows')").fetchone()
+        assert size is not None
+        print(
+            f"table: {rows:,} rows, {size[0] / rows:.0f} bytes per row on disk, "
+            f"{size[0] / 1e6:,.0f} MB, loaded in {time.monotonic() - started:.1f} s"
+        )
+
+        copy_times = []
+        for _ in range(2):
+            started = time.monotonic()
+            with conn.cursor().copy("COPY (SELECT * FROM bench_rows) TO STDOUT") as copy:
+                for _block in copy:
+                    pass
+            copy_times.append(time.monotonic() - started)
+    copy_rate = rows / min(copy_times)
+    print(f"COPY TO STDOUT: best {min(copy_times):.2f} s of {len(copy_times)}, {copy_rate:,.0f} rows/s")
+
+    results = []
+    for attempt in range(2):
+        op = PgBaselineOperator(
+            task_id="bench_baseline",
+            pipeline="bench",
+            table="public.bench_rows",
+            postgres_conn_id="pgsync_bench",
+            state_backend="postgres",
+            rebaseline=True,
+            target_partition_mb=partition_mb,
+            progress_seconds=5,
+            spark_conf=spark_conf,
+            spark_submit_options=options,
+        )
+        results.append(op.execute({"ti": None}))  # type: ignore[typeddict-item]
+        r = results[-1]
+        print(
+            f"baseline run {attempt + 1}: Spark session {r['session_seconds']:.1f} s, read+write+swap "
+            f"{r['copy_seconds']:.2f} s (catalog swap {r['catalog_seconds']:.2f} s), "
+            f"{r['partitions']} partitions, {r['rows']:,} rows"
+        )
+    best = min(results, key=lambda r: r["copy_seconds"])
+    if best["rows"] != rows:
+        raise SystemExit(f"the baseline wrote {best['rows']} rows, expected {rows}")
+    ours_rate = rows / best["copy_seconds"]
+    print(
+        f"baseline: best {best['copy_seconds']:.2f} s of {len(results)} (from the start of reading to the "
+        f"durable base; Spark session start {best['session_seconds']:.1f} s not included), "
+        f"{ours_rate:,.0f} rows/s"
+    )
+    cluster.destroy()
+    ratio = ours_rate / copy_rate
+    print(f"baseline_ratio={ratio:.2f}")
+    return ratio
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dev/bench", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["capture"])
+    parser.add_argument("what", choices=["capture", "baseline"])
     parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--partition-mb", type=float, default=256)
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration of the baseline job (repeatable)",
+    )
+    parser.add_argument("--driver-memory", help="spark-submit --driver-memory of the baseline job")
     args = parser.parse_args(argv)
     if args.what == "capture":
         bench_capture(args.changes)
+    if args.what == "baseline":
+        conf = dict(item.split("=", 1) for item in args.spark_conf)
+        options = {"driver_memory": args.driver_memory} if args.driver_memory else {}
+        bench_baseline(args.rows, args.partition_mb, conf, options)
     return 0
 
 

@@ -160,3 +160,51 @@ def run_dag(airflow_db: None) -> RunDag:
         return dag.test(**kwargs)
 
     return run
+
+
+# ---- the lake destination -------------------------------------------------------------------
+#
+# A new embedded Derby metastore takes Spark 5-20 s to create its schema. The session creates
+# one empty metastore once and each test's lake starts from a copy of it (Derby databases are
+# plain folders; nothing holds this one open).
+
+_METASTORE_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+for key, value in LakeDestination.from_config({"warehouse": sys.argv[1]}).spark_conf().items():
+    builder = builder.config(key, value)
+spark = builder.getOrCreate()
+spark.sparkContext._jvm.java.lang.System.setProperty("derby.stream.error.file", sys.argv[1] + "/derby.log")
+spark.catalog.listDatabases()
+spark.stop()
+"""
+
+
+@pytest.fixture(scope="session")
+def empty_metastore(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty Derby metastore folder made once per session."""
+    import subprocess
+
+    warehouse = tmp_path_factory.mktemp("metastore-template")
+    subprocess.run(
+        [sys.executable, "-c", _METASTORE_SCRIPT, str(warehouse)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    metastore = warehouse / "metastore_db"
+    assert metastore.is_dir(), f"no Derby metastore was created in {warehouse}"
+    return metastore
+
+
+@pytest.fixture
+def lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_metastore: Path) -> Path:
+    """A lake warehouse for one test (PGSYNC_LAKE): no tables, a ready empty metastore."""
+    warehouse = tmp_path / "lake"
+    warehouse.mkdir()
+    shutil.copytree(empty_metastore, warehouse / "metastore_db")
+    monkeypatch.setenv("PGSYNC_LAKE", str(warehouse))
+    return warehouse

@@ -14,6 +14,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.preflight import TableFacts
 from airflow_provider_pgsync.source.publication import PublishedTable, normalise_filter
+from airflow_provider_pgsync.typemap.pgtypes import PgType, numeric_precision_scale
 
 
 def table_facts(conn: psycopg.Connection[Any], table: TableRef, publication_name: str) -> TableFacts:
@@ -44,9 +45,7 @@ def desired_state(tables: Sequence[PublishedTable]) -> tuple[str, TableList]:
     }
 
 
-def publication_state(
-    conn: psycopg.Connection[Any], name: str, version: int
-) -> tuple[str, TableList] | None:
+def publication_state(conn: psycopg.Connection[Any], name: str, version: int) -> tuple[str, TableList] | None:
     pub = conn.execute(
         "SELECT puballtables, pubinsert AND pubupdate AND pubdelete AND pubtruncate AND pubviaroot"
         " FROM pg_publication WHERE pubname = %s",
@@ -98,3 +97,87 @@ _PUBLISHED_TABLES_15 = """
 """
 
 
+# ---- columns and their types (baseline) -----------------------------------------------------
+
+
+def table_columns(
+    conn: psycopg.Connection[Any], table: TableRef, columns: Sequence[str] | None = None
+) -> list[tuple[str, PgType]]:
+    """The table's columns in order (only ``columns`` when given), as pgoutput sends them:
+    dropped and generated columns are left out. ConfigError names a missing table or column."""
+    oid = relation_oid(conn, table)
+    rows = conn.execute(
+        "SELECT attname::text, atttypid::int8, atttypmod, attndims FROM pg_attribute"
+        " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = ''"
+        " ORDER BY attnum",
+        (oid,),
+    ).fetchall()
+    found = {name: _describe_type(conn, type_oid, typmod, ndims) for name, type_oid, typmod, ndims in rows}
+    if columns is None:
+        return list(found.items())
+    missing = [c for c in columns if c not in found]
+    if missing:
+        raise ConfigError(
+            f"table {table} has no column(s) {', '.join(map(repr, missing))}; "
+            f"its columns are {', '.join(found)}"
+        )
+    return [(name, pgtype) for name, pgtype in found.items() if name in columns]
+
+
+def relation_oid(conn: psycopg.Connection[Any], table: TableRef) -> int:
+    row = conn.execute(
+        "SELECT c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s",
+        (table.schema, table.name),
+    ).fetchone()
+    if row is None:
+        raise ConfigError(f"table {table} does not exist in the source; check the table name")
+    return int(row[0])
+
+
+def relation_size(conn: psycopg.Connection[Any], table: TableRef) -> tuple[int, int, float]:
+    """``(bytes of the main fork, block size, estimated rows)`` of a table."""
+    row = conn.execute(
+        "SELECT pg_relation_size(c.oid), current_setting('block_size')::int, c.reltuples::float8"
+        " FROM pg_class c WHERE c.oid = %s",
+        (relation_oid(conn, table),),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), max(float(row[2]), 0.0)
+
+
+_TYPE = """
+    SELECT t.typname::text, t.typtype::text, t.typcategory::text, t.typelem::int8,
+           t.typbasetype::int8, t.typtypmod, t.typndims, t.typrelid::int8, n.nspname::text,
+           format_type(t.oid, %s)
+    FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = %s
+"""
+
+
+def _describe_type(conn: psycopg.Connection[Any], oid: int, typmod: int, ndims: int) -> PgType:
+    row = conn.execute(_TYPE, (typmod if typmod >= 0 else None, oid)).fetchone()
+    if row is None:
+        raise ConfigError(f"type oid {oid} is not in pg_type")
+    typname, typtype, category, elem, basetype, base_typmod, typndims, relid, schema, name = row
+    if typtype == "d":
+        base = _describe_type(conn, basetype, base_typmod, typndims)
+        return PgType(
+            name, base.base, base.kind, base.element, base.ndims, base.fields, base.precision, base.scale
+        )
+    if category == "A" and elem:
+        return PgType(name, "array", "a", element=_describe_type(conn, elem, typmod, 0), ndims=ndims)
+    base_name = typname if schema == "pg_catalog" or typname == "hstore" else f"{schema}.{typname}"
+    if typtype == "c":
+        fields = conn.execute(
+            "SELECT attname::text, atttypid::int8, atttypmod, attndims FROM pg_attribute"
+            " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (relid,),
+        ).fetchall()
+        described = tuple((f, _describe_type(conn, t, m, d)) for f, t, m, d in fields)
+        return PgType(name, base_name, "c", fields=described)
+    precision = scale = None
+    if typname == "numeric" and schema == "pg_catalog":
+        ps = numeric_precision_scale(typmod)
+        if ps is not None:
+            precision, scale = ps
+    return PgType(name, base_name, typtype, precision=precision, scale=scale)

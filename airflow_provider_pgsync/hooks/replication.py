@@ -27,8 +27,9 @@ from airflow_provider_pgsync.errors import (
 )
 from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
 from airflow_provider_pgsync.hooks.catalog import desired_state, publication_state, table_facts
+from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot, export_snapshot
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
 from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
 
@@ -108,6 +109,38 @@ class PgReplicationHook(PostgresHook):
     def _describe_target(self) -> str:
         c = self.connection
         return f"{c.host}:{c.port or 5432}/{self.database or c.schema}"
+
+    def jdbc_target(self) -> tuple[str, str, str | None]:
+        """``(JDBC URL, user, password)`` of the source for Spark; the URL holds no secret.
+
+        The connection's ``sslmode``, ``sslrootcert``, ``sslcert`` and ``sslkey`` extras carry over.
+        """
+        c = self.connection
+        database = self.database or c.schema or "postgres"
+        url = f"jdbc:postgresql://{c.host or 'localhost'}:{c.port or 5432}/{database}"
+        extra = c.extra_dejson
+        params = [f"{k}={extra[k]}" for k in ("sslmode", "sslrootcert", "sslcert", "sslkey") if extra.get(k)]
+        if params:
+            url += "?" + "&".join(params)
+        return url, c.login or "", c.password or None
+
+    @contextmanager
+    def baseline_snapshot(
+        self, table: TableRef
+    ) -> Iterator[tuple[BaselineSnapshot, psycopg.Connection[Any]]]:
+        """Export a snapshot for a baseline of ``table`` and hold it open until the block ends.
+
+        Yields the snapshot and its connection (in the snapshot's transaction, for reading the
+        catalog); the transaction is rolled back and the connection closed whatever happens.
+        """
+        conn = self.connect(autocommit=False)
+        try:
+            yield export_snapshot(conn, table), conn
+        finally:
+            try:
+                conn.rollback()
+            finally:
+                conn.close()
 
     # ---- preflight ---------------------------------------------------------------------
 

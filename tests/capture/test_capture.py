@@ -234,8 +234,7 @@ def test_crash_between_state_save_and_advance_captures_nothing_twice(
     database: Database, make_pipeline: MakePipeline, source_conn_id: str
 ) -> None:
     pipeline = make_pipeline(TABLES_DDL, ["items", "events"])
-    x1 = database.transaction("INSERT INTO items VALUES (1, 'one', 1)", "INSERT INTO events VALUES (1, 'a')"
-    )
+    x1 = database.transaction("INSERT INTO items VALUES (1, 'one', 1)", "INSERT INTO events VALUES (1, 'a')")
     x2 = database.transaction("UPDATE items SET qty = 2 WHERE id = 1")
     settings = pipeline.settings
     crashed = subprocess.run(

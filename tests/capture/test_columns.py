@@ -763,8 +763,6 @@ def test_malformed_streams_raise_decode_error(case: Malformed, data: st.DataObje
         assert info.value.tag == case.tag, info.value
 
 
-
-
 @st.composite
 def fuzzed_streams(draw: st.DrawFn) -> list[bytes]:
     """A valid stream with 1-3 of its payloads (not Begin or Commit) randomly edited."""

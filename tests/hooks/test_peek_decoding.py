@@ -37,7 +37,8 @@ def hook(database: Database, source_conn_id: str) -> PgReplicationHook:
 
 def test_every_kind_of_change_decodes_exactly(database: Database, hook: PgReplicationHook) -> None:
     started = datetime.now(UTC)
-    x_insert = database.transaction("INSERT INTO items VALUES (1, 'a', repeat('x', 12000)), (2, 'b', 'small')"
+    x_insert = database.transaction(
+        "INSERT INTO items VALUES (1, 'a', repeat('x', 12000)), (2, 'b', 'small')"
     )
     x_update = database.transaction("UPDATE items SET name = 'a2' WHERE id = 1")
     x_key = database.transaction("UPDATE items SET id = 10 WHERE id = 2")

@@ -96,6 +96,7 @@ seeds = messages.map(encode)
 if GOLDEN:
     seeds = st.one_of(seeds, st.sampled_from(GOLDEN))
 
+
 @st.composite
 def mutated(draw: st.DrawFn) -> bytes:
     """A valid payload with 1 to 4 random edits: bit flips, cuts, insertions, replacements."""

@@ -1,0 +1,74 @@
+"""What the operator tells the baseline's Spark job, and what the job reports back; JSON, no secrets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_provider_pgsync.typemap.spark import ColumnRead
+
+PASSWORD_ENV = "PGSYNC_SOURCE_PASSWORD"
+"""The environment variable through which the job receives the source password."""
+
+
+@dataclass(frozen=True)
+class BaselineJobSpec:
+    """One table's baseline: the JDBC source, its partitions, the column reads and the destinations.
+
+    ``query`` is the table as a subquery (``dbtable``); the job splits its ``blocks`` into
+    ctid ranges of about ``target_partition_bytes`` of the table's ``table_bytes``, as many
+    as fit its cluster's task slots; ``session_init`` joins every partition's connection to
+    the snapshot.
+    """
+
+    table: str
+    jdbc_url: str
+    user: str
+    query: str
+    blocks: int
+    table_bytes: int
+    target_partition_bytes: int
+    session_init: str
+    columns: tuple[ColumnRead, ...]
+    destinations: tuple[dict[str, Any], ...]
+    fetch_size: int = 10_000
+    rows_estimate: int = 0
+    progress_seconds: float = 10.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BaselineJobSpec:
+        data = json.loads(text)
+        data["columns"] = tuple(ColumnRead(**c) for c in data["columns"])
+        data["destinations"] = tuple(data["destinations"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """The job's report: rows written and where, timings, or the error that stopped it.
+
+    ``copy_seconds`` runs from the start of reading to the base swapped in; ``catalog_seconds``
+    is the swap's share of it (the metastore step).
+    """
+
+    ok: bool
+    rows: int = 0
+    partitions: int = 0
+    session_seconds: float = 0.0
+    copy_seconds: float = 0.0
+    catalog_seconds: float = 0.0
+    written: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    error: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> BaselineResult:
+        data = json.loads(text)
+        data["written"] = tuple(data.get("written", ()))
+        return cls(**data)

@@ -1,0 +1,1 @@
+"""Destinations of synced tables (DESIGN §5)."""

@@ -1,0 +1,117 @@
+"""The lake destination's configuration and naming: Spark catalog tables over versioned Parquet.
+
+Pure logic, shared by operators and Spark jobs. A table ``schema.name`` of the source is
+kept under ``<warehouse>/<database>/<schema>__<name>/``; its base versions are folders
+``base/v<UTC time>-<random>`` and the catalog table ``<database>.<schema>__<name>__base``
+points at the current one. By default the catalog is Spark's Hive catalog on an embedded
+Derby metastore in ``<warehouse>/metastore_db`` (one process at a time: jobs take a file
+lock around their short catalog step); ``metastore="external"`` leaves the catalog to the
+Spark configuration (e.g. ``spark.hadoop.hive.metastore.uris``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.source.names import TableRef
+
+METASTORES = ("derby", "external")
+_CATALOG_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_SIMPLE_PART = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+def default_warehouse() -> str:
+    """``$PGSYNC_LAKE``, else ``$AIRFLOW_HOME/pgsync/lake`` (``~/airflow`` when AIRFLOW_HOME is unset)."""
+    if os.environ.get("PGSYNC_LAKE"):
+        return os.environ["PGSYNC_LAKE"]
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "pgsync" / "lake")
+
+
+def catalog_name(table: TableRef) -> str:
+    """``<schema>__<name>`` for simple names (lower-case words joined by single ``_``).
+
+    Any other name is folded to such characters and gets a hash of its exact parts, so two
+    tables never share a name (``"Orders"`` and ``orders``, ``a_.b`` and ``a._b``).
+    """
+    if _SIMPLE_PART.fullmatch(table.schema) and _SIMPLE_PART.fullmatch(table.name):
+        return f"{table.schema}__{table.name}"
+    folded = re.sub(r"[^a-z0-9]+", "_", f"{table.schema}__{table.name}".lower()).strip("_")
+    digest = hashlib.sha256(f"{table.schema}\0{table.name}".encode()).hexdigest()[:8]
+    return f"{folded or 't'}_{digest}"
+
+
+@dataclass(frozen=True)
+class LakeDestination:
+    """Where and how the lake keeps its tables."""
+
+    warehouse: str
+    database: str = "pgsync"
+    metastore: str = "derby"
+    kind: str = "lake"
+
+    def __post_init__(self) -> None:
+        if not _CATALOG_NAME.fullmatch(self.database):
+            raise ConfigError(
+                f"lake database {self.database!r} must be a lower-case name of letters, digits and _"
+            )
+        if self.metastore not in METASTORES:
+            raise ConfigError(f"lake metastore {self.metastore!r} is unknown; use one of {METASTORES}")
+        if self.metastore == "derby" and not self.local_path:
+            raise ConfigError(
+                f"lake warehouse {self.warehouse!r} is not a local folder: an embedded Derby metastore "
+                "lives on local disk; set metastore='external' and configure the Hive metastore in Spark"
+            )
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None = None) -> LakeDestination:
+        data = dict(config or {})
+        data.pop("kind", None)
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(
+                f"lake destination option(s) {', '.join(sorted(unknown))} unknown; "
+                "use warehouse, database, metastore"
+            )
+        warehouse = str(data.get("warehouse") or default_warehouse())
+        if warehouse.startswith("file:") and not warehouse.startswith("file://"):
+            warehouse = warehouse[len("file:") :]  # Hadoop's file:/path
+        if "://" not in warehouse:
+            warehouse = str(Path(warehouse).expanduser().resolve())
+        data["warehouse"] = warehouse
+        return cls(**data)
+
+    def to_config(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def local_path(self) -> str | None:
+        """The warehouse as a local path, None when it is a URI of another filesystem."""
+        if self.warehouse.startswith("file://"):
+            return self.warehouse[len("file://") :]
+        return None if "://" in self.warehouse else self.warehouse
+
+    def table_dir(self, table: TableRef) -> str:
+        return f"{self.warehouse.rstrip('/')}/{self.database}/{catalog_name(table)}"
+
+    def base_table(self, table: TableRef) -> str:
+        """The catalog name of the table's base, ``database.schema__name__base``."""
+        return f"{self.database}.{catalog_name(table)}__base"
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings the catalog needs (set when the job's session starts)."""
+        conf = {"spark.sql.catalogImplementation": "hive"}
+        if self.metastore == "derby":
+            local = self.local_path
+            assert local is not None  # checked in __post_init__
+            conf["spark.sql.warehouse.dir"] = f"{local}/warehouse"
+            conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
+                f"jdbc:derby:;databaseName={local}/metastore_db;create=true"
+            )
+        return conf

@@ -1,0 +1,61 @@
+"""BaselineSubmitHook: the Spark provider's SparkSubmitHook with defaults fit for pgsync's jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow.exceptions import AirflowException
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+DEFAULT_MASTER = "local[*]"
+
+
+class BaselineSubmitHook(SparkSubmitHook):
+    """SparkSubmitHook that runs on ``local[*]`` when the Spark connection does not exist (the
+    provider would fall back to YARN), and finds ``spark-submit`` next to this Python when it is
+    not on PATH (pip's pyspark installs it in the environment's ``bin``)."""
+
+    def __init__(self, *, default_master: str = DEFAULT_MASTER, **kwargs: Any) -> None:
+        self._default_master = default_master
+        super().__init__(**kwargs)
+
+    def _resolve_connection(self) -> dict[str, Any]:
+        found = True
+        try:
+            self.get_connection(self._conn_id)
+        except AirflowException:
+            found = False
+        data = super()._resolve_connection()
+        if not found:
+            self.log.info(
+                "Spark connection %r does not exist: running on master %s (not YARN)",
+                self._conn_id,
+                self._default_master,
+            )
+            data["master"] = self._default_master
+        return data
+
+    def _get_spark_binary_path(self) -> list[str]:
+        binary = self._connection["spark_binary"]
+        if shutil.which(binary) is None:
+            beside = Path(sys.executable).parent / binary
+            if beside.exists():
+                return [str(beside)]
+        return [binary]
+
+
+def driver_environment() -> dict[str, str]:
+    """Environment for a job whose driver runs here (client mode): the driver uses this Python
+    (it imports this package), and pip's pyspark serves as SPARK_HOME unless one is set."""
+    env = {}
+    if "PYSPARK_DRIVER_PYTHON" not in os.environ:
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if "SPARK_HOME" not in os.environ:
+        import pyspark
+
+        env["SPARK_HOME"] = str(Path(pyspark.__file__).resolve().parent)
+    return env

@@ -1,0 +1,275 @@
+"""PgBaselineOperator: one table's baseline as a Spark job, handed off to the stream exactly.
+
+The operator holds the exported snapshot open while the job runs (DESIGN §2 rule 5); the
+Spark job (``spark/baseline_job.py``) is submitted with the Spark provider's SparkSubmitHook.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from psycopg import sql
+
+from airflow_provider_pgsync.baseline.plan import base_query
+from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
+from airflow_provider_pgsync.hooks.catalog import relation_size, table_columns
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
+from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.source.publication import PublishedTable, published_table
+from airflow_provider_pgsync.state.model import DataSync, Errored, Init, PipelineState, SyncDone, table_key
+from airflow_provider_pgsync.state.store import StateStore, update_state
+from airflow_provider_pgsync.typemap.spark import spark_reads
+
+JDBC_DRIVER_JAR = "/usr/share/java/postgresql.jar"
+"""Where Debian's libpostgresql-jdbc-java puts the driver; the default of ``spark_jars``."""
+_SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
+
+
+class PgBaselineOperator(BaseOperator):
+    """Copy one table into its destinations with a Spark job reading one exported snapshot.
+
+    The table goes DataSync while the job runs, then SyncDone{snapshot, baseline_lsn} once the
+    base is durable, or Errored with the cause. A table already past Init needs
+    ``rebaseline=True`` (a retry of this task re-runs its own interrupted attempt).
+
+    :param pipeline: the pipeline name (key of its state).
+    :param table: ``"schema.table"`` or ``{"table": ..., "columns": [...], "row_filter": ...}``,
+        as the publication has it.
+    :param destinations: destination configs; default one lake destination
+        ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``.
+    :param target_partition_mb: about how much of the table each Spark partition reads.
+    :param spark_conn_id: the Spark connection (master, deploy mode); ``local[*]`` when it
+        does not exist. :param spark_conf: extra Spark configuration. :param spark_jars:
+        jars for the driver and executors (the PostgreSQL JDBC driver by default).
+    :param spark_submit_options: further SparkSubmitHook arguments (``driver_memory``, 2g by
+        default, which on a local master holds the executors too; ``executor_memory``,
+        ``total_executor_cores``, ...).
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "table", "destinations", "spark_conf")
+
+    def __init__(
+        self,
+        *,
+        pipeline: str,
+        table: str | Mapping[str, Any],
+        postgres_conn_id: str = "postgres_default",
+        destinations: Sequence[Mapping[str, Any]] | None = None,
+        state_backend: str = "variables",
+        state_conn_id: str | None = None,
+        state_schema: str = "pgsync",
+        rebaseline: bool = False,
+        target_partition_mb: float = 256,
+        fetch_size: int = 10_000,
+        progress_seconds: float = 10,
+        spark_conn_id: str = "spark_default",
+        spark_conf: Mapping[str, Any] | None = None,
+        spark_jars: str | None = None,
+        spark_submit_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if state_backend not in STATE_BACKENDS:
+            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        if target_partition_mb <= 0:
+            raise ConfigError(f"target_partition_mb must be positive, not {target_partition_mb}")
+        self.pipeline = pipeline
+        self.table = table
+        self.postgres_conn_id = postgres_conn_id
+        self.destinations = list(destinations) if destinations is not None else [{"kind": "lake"}]
+        self.state_backend = state_backend
+        self.state_conn_id = state_conn_id
+        self.state_schema = state_schema
+        self.rebaseline = rebaseline
+        self.target_partition_mb = target_partition_mb
+        self.fetch_size = fetch_size
+        self.progress_seconds = progress_seconds
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.spark_jars = spark_jars
+        self.spark_submit_options = dict(spark_submit_options or {})
+        self._submit: BaselineSubmitHook | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec_table = published_table(self.table)
+        key = table_key(spec_table.table)
+        lakes = [_lake(d) for d in self.destinations]
+        hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
+        store = open_state_store(
+            self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
+        )
+        ti = context.get("ti")
+        restart = self.rebaseline or getattr(ti, "try_number", 1) > 1
+        update_state(store, self.pipeline, lambda s: _start(s, key, restart=restart))
+        try:
+            with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
+                self.log.info(
+                    "baseline %s: snapshot %s (xmin %d, xmax %d, %d in progress) at %s",
+                    key,
+                    snapshot.snapshot,
+                    snapshot.xmin,
+                    snapshot.xmax,
+                    len(snapshot.xip),
+                    snapshot.baseline_lsn,
+                )
+                spec = self._job_spec(hook, conn, spec_table, snapshot, lakes)
+                result = self._run_job(spec)
+        except Exception as exc:
+            self._fail(store, key, exc)
+            raise
+        if not result.ok:
+            error = BaselineError(f"baseline of {key} failed in Spark: {result.error}")
+            self._fail(store, key, error)
+            raise error
+        done = SyncDone(snapshot.snapshot, snapshot.baseline_lsn, snapshot.xmin, snapshot.xmax, snapshot.xip)
+        update_state(store, self.pipeline, lambda s: s.with_table_phase(key, done))
+        self.log.info(
+            "baseline %s: %s rows written, table SyncDone at %s",
+            key,
+            f"{result.rows:,}",
+            snapshot.baseline_lsn,
+        )
+        return {
+            "table": key,
+            "rows": result.rows,
+            "partitions": result.partitions,
+            "baseline_lsn": str(snapshot.baseline_lsn),
+            "snapshot": snapshot.snapshot,
+            "session_seconds": round(result.session_seconds, 3),
+            "copy_seconds": round(result.copy_seconds, 3),
+            "catalog_seconds": round(result.catalog_seconds, 3),
+            "written": list(result.written),
+        }
+
+    def on_kill(self) -> None:
+        if self._submit is not None:
+            self._submit.on_kill()
+
+    # ---- steps
+
+    def _job_spec(
+        self,
+        hook: PgReplicationHook,
+        conn: Any,
+        table: PublishedTable,
+        snapshot: BaselineSnapshot,
+        lakes: list[LakeDestination],
+    ) -> BaselineJobSpec:
+        columns = table_columns(conn, table.table, table.columns)
+        reads = spark_reads(columns, str(table.table))
+        size, block_size, rows = relation_size(conn, table.table)
+        query = base_query(table, reads).as_string(conn)
+        session_init = (
+            sql.SQL(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT {}; "
+                "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO'; "
+                "SET LOCAL IntervalStyle = 'postgres'"
+            )
+            .format(sql.Literal(snapshot.snapshot))
+            .as_string(conn)
+        )
+        url, user, _ = hook.jdbc_target()
+        self.log.info(
+            "baseline %s: %d columns, %.1f MB, %s",
+            table.table,
+            len(reads),
+            size / 1e6,
+            f"about {int(rows):,} rows" if rows > 0 else "row count not estimated yet (never analyzed)",
+        )
+        return BaselineJobSpec(
+            table=str(table.table),
+            jdbc_url=url,
+            user=user,
+            query=query,
+            blocks=math.ceil(size / block_size),
+            table_bytes=size,
+            target_partition_bytes=int(self.target_partition_mb * 1024 * 1024),
+            session_init=session_init,
+            columns=tuple(reads),
+            destinations=tuple(lake.to_config() for lake in lakes),
+            fetch_size=self.fetch_size,
+            rows_estimate=int(rows),
+            progress_seconds=self.progress_seconds,
+        )
+
+    def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:
+        _, _, password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).jdbc_target()
+        env = {"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()}
+        if password:
+            env[PASSWORD_ENV] = password
+        conf = {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
+            **{k: str(v) for k, v in self.spark_conf.items()},
+        }
+        jars = (
+            self.spark_jars
+            if self.spark_jars is not None
+            else (JDBC_DRIVER_JAR if Path(JDBC_DRIVER_JAR).exists() else None)
+        )
+        with tempfile.TemporaryDirectory(prefix="pgsync-baseline-") as work:
+            spec_path, result_path = Path(work, "spec.json"), Path(work, "result.json")
+            spec_path.write_text(spec.to_json())
+            options = {"driver_memory": "2g", **self.spark_submit_options}
+            self._submit = BaselineSubmitHook(
+                conn_id=self.spark_conn_id,
+                conf=conf,
+                jars=jars,
+                name=f"pgsync-baseline-{self.pipeline}",
+                application_args=["--spec", str(spec_path), "--result", str(result_path)],
+                env_vars=env,
+                **options,
+            )
+            try:
+                self._submit.submit(str(_SPARK_DIR / "baseline_job.py"))
+            except Exception as exc:
+                if result_path.exists():
+                    return BaselineResult.from_json(result_path.read_text())
+                raise BaselineError(f"the baseline job of {spec.table} did not run: {exc}") from exc
+            if not result_path.exists():
+                raise BaselineError(
+                    f"the baseline job of {spec.table} ended without a result; see the log above"
+                )
+            return BaselineResult.from_json(result_path.read_text())
+
+    def _fail(self, store: StateStore, key: str, exc: BaseException) -> None:
+        reason = str(exc) if isinstance(exc, PgSyncError) else f"{type(exc).__name__}: {exc}"
+        errored = Errored(
+            reason=reason[:2000],
+            solution=(
+                "fix the cause named in the reason, then rebaseline the table "
+                "(for a failure inside Spark the task log has Spark's output)"
+            ),
+            retry="manual",
+        )
+        try:
+            update_state(store, self.pipeline, lambda s: s.with_table_phase(key, errored))
+        except PgSyncError as state_error:
+            self.log.error("baseline %s: could not record Errored: %s", key, state_error)
+
+
+def _start(state: PipelineState, key: str, *, restart: bool) -> PipelineState:
+    """Move the table to DataSync; through Init first when it is new or ``restart`` is asked."""
+    current = state.tables.get(key)
+    if current is None or (restart and current.phase.kind != "Init"):
+        state = state.with_table_phase(key, Init())
+    return state.with_table_phase(key, DataSync())
+
+
+def _lake(config: Mapping[str, Any]) -> LakeDestination:
+    kind = config.get("kind", "lake")
+    if kind != "lake":
+        raise ConfigError(
+            f"destination kind {kind!r} cannot take a baseline yet; "
+            "the baseline writes to 'lake' destinations"
+        )
+    return LakeDestination.from_config(dict(config))

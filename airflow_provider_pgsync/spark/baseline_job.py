@@ -1,0 +1,171 @@
+"""The baseline Spark job: one table read over JDBC by ctid ranges in one exported snapshot,
+converted to the destination types and written through each destination's base writer.
+
+Run by ``PgBaselineOperator`` through spark-submit::
+
+    baseline_job.py --spec spec.json --result result.json
+
+The source password comes from the environment (``PGSYNC_SOURCE_PASSWORD``), never from
+arguments or Spark configuration; Spark redacts the JDBC ``password`` option in plans and
+its UI. The result file tells the operator what was written or, on failure, why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
+from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.convert import convert
+from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from airflow_provider_pgsync.spark.progress import Progress
+
+log = logging.getLogger("pgsync.spark")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="pgsync baseline of one table")
+    parser.add_argument("--spec", required=True, help="the job spec (JSON) written by PgBaselineOperator")
+    parser.add_argument("--result", required=True, help="where to write the result (JSON)")
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("pgsync baseline: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    spec = BaselineJobSpec.from_json(Path(args.spec).read_text())
+    result = run(spec)
+    Path(args.result).write_text(result.to_json())
+    return 0 if result.ok else 1
+
+
+def run(spec: BaselineJobSpec) -> BaselineResult:
+    started = time.monotonic()
+    lakes = [LakeDestination.from_config(d) for d in spec.destinations]
+    builder = SparkSession.builder.appName(f"pgsync baseline {spec.table}")
+    for lake in lakes:
+        for key, value in lake.spark_conf().items():
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        session_seconds = time.monotonic() - started
+        slots = spark.sparkContext.defaultParallelism
+        count = partition_count(spec.table_bytes, spec.target_partition_bytes, slots=slots)
+        predicates = ctid_predicates(spec.blocks, count)
+        log.info(
+            "%s: Spark session ready in %.1f s (master %s, %d task slots), reading %d partition(s)%s",
+            spec.table,
+            session_seconds,
+            spark.sparkContext.master,
+            slots,
+            len(predicates),
+            f" of about {spec.rows_estimate:,} rows" if spec.rows_estimate > 0 else "",
+        )
+        copy_started = time.monotonic()
+        try:
+            written, catalog_seconds = _copy(spark, spec, predicates, lakes)
+        except Exception as exc:
+            summary = summarise(exc)
+            log.error("%s: baseline failed: %s", spec.table, summary)
+            return BaselineResult(
+                ok=False, partitions=len(predicates), session_seconds=session_seconds, error=summary
+            )
+        copy_seconds = time.monotonic() - copy_started
+        rows = written[0]["rows"] if written else 0
+        write_seconds = copy_seconds - catalog_seconds
+        log.info(
+            "%s: %s rows read and written in %.1f s (%s rows/s), swapped into %s in %.1f s",
+            spec.table,
+            f"{rows:,}",
+            write_seconds,
+            f"{rows / max(write_seconds, 1e-9):,.0f}",
+            ", ".join(w["table"] for w in written),
+            catalog_seconds,
+        )
+        return BaselineResult(
+            ok=True,
+            rows=rows,
+            partitions=len(predicates),
+            session_seconds=session_seconds,
+            copy_seconds=copy_seconds,
+            catalog_seconds=catalog_seconds,
+            written=tuple(written),
+        )
+    finally:
+        spark.stop()
+
+
+def _copy(
+    spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], lakes: list[LakeDestination]
+) -> tuple[list[dict[str, Any]], float]:
+    """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
+    table = TableRef.parse(spec.table)
+    df = read_source(spark, spec, predicates)
+    writers = [LakeBaseWriter(spark, lake, table) for lake in lakes]
+    with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds):
+        staged = [(writer, writer.stage(df)) for writer in writers]
+    published = time.monotonic()
+    written = []
+    for writer, base in staged:
+        with writer.catalog():
+            written.append(writer.publish(base))
+    return written, time.monotonic() - published
+
+
+def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str]) -> DataFrame:
+    """The table, one Spark partition per predicate, every partition in the exported snapshot."""
+    properties = {
+        "user": spec.user,
+        "driver": "org.postgresql.Driver",
+        "fetchsize": str(spec.fetch_size),
+        "sessionInitStatement": spec.session_init,
+    }
+    password = os.environ.get(PASSWORD_ENV)
+    if password:
+        properties["password"] = password
+    raw = spark.read.jdbc(spec.jdbc_url, spec.query, predicates=predicates, properties=properties)
+    return raw.select([convert(read, spec.table) for read in spec.columns])
+
+
+def summarise(exc: BaseException) -> str:
+    """One readable line for the task log and the table's Errored reason.
+
+    A Java failure is shown by its innermost cause and its top-level message (Spark wraps
+    a JDBC or conversion error in several task and job failures).
+    """
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return f"{type(exc).__name__}: {exc}"[:2000]
+    messages: list[str] = []
+    cause = java
+    while cause is not None and len(messages) < 20:
+        message = cause.getMessage()
+        if message:
+            messages.append(f"{cause.getClass().getSimpleName()}: {str(message).splitlines()[0]}")
+        cause = cause.getCause()
+    if not messages:
+        return str(java.toString())[:2000]
+    root, top = messages[-1], messages[0]
+    if root == top:
+        return root[:2000]
+    # the top message often repeats the root and the whole generated query: name its class only
+    error_class = re.search(r"\[([A-Z_.]+)\]", top)
+    return f"{root} (Spark: {error_class.group(1) if error_class else top[:300]})"[:2000]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Fixtures of baseline tests: a direct way to run a baseline into the test's ``lake``.
+
+``run_baseline`` runs ``PgBaselineOperator.execute`` in this process (real PostgreSQL, real
+spark-submit and Spark); DAG-level behaviour is tested through ``run_dag`` elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+from airflow_provider_pgsync.state.model import PipelineState
+from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
+
+PIPELINE = "baseline_test"
+RunBaseline = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run_baseline(source_conn_id: str, lake: Path) -> RunBaseline:
+    """``run_baseline(table, **operator_kwargs)``: one baseline into the test's lake; its result."""
+
+    def run(table: Any, **kwargs: Any) -> dict[str, Any]:
+        kwargs.setdefault("state_backend", "postgres")
+        kwargs.setdefault("progress_seconds", 2)
+        op = PgBaselineOperator(
+            task_id="baseline", pipeline=PIPELINE, table=table, postgres_conn_id=source_conn_id, **kwargs
+        )
+        return op.execute({"ti": None})  # type: ignore[typeddict-item]
+
+    return run
+
+
+def pipeline_state(source_conn_id: str) -> PipelineState:
+    """The test pipeline's state in the source's ``pgsync`` schema (state_backend='postgres')."""
+    return PostgresStateStore(PgReplicationHook(postgres_conn_id=source_conn_id)).load(PIPELINE)
+
+
+def read_base(result: dict[str, Any]) -> pa.Table:
+    """The base a baseline wrote (its first destination), read with pyarrow."""
+    return pq.read_table(result["written"][0]["location"])

@@ -1,0 +1,80 @@
+"""The baseline job's spec and result survive JSON (operator -> Spark job -> operator)."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.typemap.pgtypes import PgType
+from airflow_provider_pgsync.typemap.spark import spark_read
+
+
+def make_spec(**overrides: object) -> BaselineJobSpec:
+    values: dict[str, object] = {
+        "table": 'public."Orders"',
+        "jdbc_url": "jdbc:postgresql://db.example:5432/shop?sslmode=require",
+        "user": "replicator",
+        "query": '(SELECT ctid AS "__pgsync_ctid", "id" AS "id" FROM "public"."Orders") AS pgsync_base',
+        "blocks": 100,
+        "table_bytes": 819_200,
+        "target_partition_bytes": 268_435_456,
+        "session_init": "SET TRANSACTION SNAPSHOT '00000003-0000001B-1'",
+        "columns": (
+            spark_read("id", PgType("integer", "int4")),
+            spark_read("Größe", PgType("numeric(10,2)", "numeric", precision=10, scale=2)),
+            spark_read("at", PgType("timestamptz", "timestamptz")),
+        ),
+        "destinations": (LakeDestination("/tmp/lake").to_config(), {"kind": "lake", "nested": {"a": [1, 2]}}),
+    }
+    values.update(overrides)
+    return BaselineJobSpec(**values)  # type: ignore[arg-type]
+
+
+def test_job_spec_round_trip() -> None:
+    spec = make_spec(fetch_size=500, rows_estimate=123_456, progress_seconds=2.5)
+    text = spec.to_json()
+    back = BaselineJobSpec.from_json(text)
+    assert back == spec
+    assert isinstance(back.columns, tuple)
+    assert isinstance(back.destinations, tuple)
+    assert back.columns[1].name == "Größe"
+    assert back.to_json() == text
+
+
+def test_job_spec_defaults_round_trip() -> None:
+    spec = make_spec()
+    back = BaselineJobSpec.from_json(spec.to_json())
+    assert (back.fetch_size, back.rows_estimate, back.progress_seconds) == (10_000, 0, 10.0)
+    assert back == spec
+
+
+def test_job_spec_holds_no_password() -> None:
+    data = json.loads(make_spec().to_json())
+    assert "password" not in {k.lower() for k in data}
+    assert PASSWORD_ENV == "PGSYNC_SOURCE_PASSWORD"
+
+
+def test_result_round_trip() -> None:
+    result = BaselineResult(
+        ok=True,
+        rows=1_000_000,
+        partitions=8,
+        session_seconds=1.25,
+        copy_seconds=42.5,
+        written=({"kind": "lake", "table": "pgsync.public__orders__base", "location": "/tmp/lake/x"},),
+    )
+    back = BaselineResult.from_json(result.to_json())
+    assert back == result
+    assert isinstance(back.written, tuple)
+
+
+def test_failed_result_round_trip() -> None:
+    result = BaselineResult(ok=False, error="column 'amount' holds NaN, which decimal(10,2) cannot")
+    back = BaselineResult.from_json(result.to_json())
+    assert back == result
+    assert back.written == () and back.rows == 0
+
+
+def test_result_without_written_key() -> None:
+    assert BaselineResult.from_json('{"ok": true, "rows": 3}') == BaselineResult(ok=True, rows=3)
