@@ -11,15 +11,21 @@ CTID_COLUMN = "__pgsync_ctid"
 """The subquery's name of ``ctid``: partitions filter on it, the job never selects it."""
 
 
+SPREAD_BYTES = 32 * 1024 * 1024
+
+
 def partition_count(table_bytes: int, target_bytes: int, *, slots: int = 1, maximum: int = 10_000) -> int:
     """How many partitions read a table of ``table_bytes`` in pieces of at most about ``target_bytes``.
 
     The count is rounded up to a multiple of ``slots`` (the cluster's task slots, Spark's
-    default parallelism) so the last round of tasks keeps every slot busy.
+    default parallelism) so the last round of tasks keeps every slot busy; a table of at
+    least ``SPREAD_BYTES`` is spread over every slot.
     """
     if target_bytes <= 0:
         raise ConfigError(f"the target partition size must be positive, not {target_bytes}")
     count = max(1, math.ceil(table_bytes / target_bytes))
+    if count == 1 and table_bytes >= SPREAD_BYTES:
+        count = slots  # worth spreading over every slot even below the target size
     if count > 1 and slots > 1:
         count = math.ceil(count / slots) * slots
     return max(1, min(maximum, count))

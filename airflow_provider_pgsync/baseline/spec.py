@@ -16,14 +16,17 @@ PASSWORD_ENV = "PGSYNC_SOURCE_PASSWORD"
 class BaselineJobSpec:
     """One table's baseline: the JDBC source, its partitions, the column reads and the destinations.
 
-    ``query`` is the table as a subquery (``dbtable``); the job splits its ``blocks`` into
-    ctid ranges of about ``target_partition_bytes`` of the table's ``table_bytes``, as many
-    as fit its cluster's task slots; ``session_init`` joins every partition's connection to
-    the snapshot.
+    ``jdbc_url`` and ``conninfo`` (libpq) name the source without the password; ``copy_path``
+    ``auto`` reads through COPY and pyarrow when every column allows it, ``off`` always
+    through Spark's JDBC source. ``query`` is the table as a subquery (``dbtable``); the job
+    splits its ``blocks`` into ctid ranges of about ``target_partition_bytes`` of the table's
+    ``table_bytes``, as many as fit its cluster's task slots; ``session_init`` joins every
+    partition's connection to the snapshot.
     """
 
     table: str
     jdbc_url: str
+    conninfo: str
     user: str
     query: str
     blocks: int
@@ -35,6 +38,7 @@ class BaselineJobSpec:
     fetch_size: int = 10_000
     rows_estimate: int = 0
     progress_seconds: float = 10.0
+    copy_path: str = "auto"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -88,7 +88,10 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
     in_worker = upto - start >= settings.worker_from_bytes
     log.info(
         "capture of slot %s: peeking up to %s (%s bytes of WAL), at most %s changes%s",
-        slot, upto, f"{upto - start:,}", f"{settings.max_changes:,}",
+        slot,
+        upto,
+        f"{upto - start:,}",
+        f"{settings.max_changes:,}",
         ", decoding in a worker process" if in_worker else "",
     )
     decoder: Decoder = (ProcessDecodeWriter if in_worker else DecodeWriter)(
@@ -97,7 +100,10 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
     progress = _Progress()
     try:
         with hook.peek_payloads(
-            slot, [settings.publication_name], upto_lsn=upto, upto_nchanges=settings.max_changes,
+            slot,
+            [settings.publication_name],
+            upto_lsn=upto,
+            upto_nchanges=settings.max_changes,
             fetch_rows=settings.fetch_rows,
         ) as fetches:
             for payloads in fetches:
@@ -175,7 +181,9 @@ class _Progress:
             rate = self.payloads / max(now - self.began, 1e-9)
             log.info(
                 "fetched %s messages (%s MB) from the slot, %s messages/s",
-                f"{self.payloads:,}", f"{self.size / 2**20:,.0f}", f"{rate:,.0f}",
+                f"{self.payloads:,}",
+                f"{self.size / 2**20:,.0f}",
+                f"{rate:,.0f}",
             )
 
 
@@ -183,8 +191,12 @@ def _log_result(result: CaptureResult, slot: str, decoded: DecodeResult) -> None
     for segment in decoded.segments:
         log.info("wrote segment %s (%s rows)", segment.path, f"{segment.rows:,}")
     for key, ts in decoded.tables.items():
-        log.info("table %s: schema version %d, columns %s", key, ts.schema_version,
-                 ", ".join(c.name for c in ts.columns))
+        log.info(
+            "table %s: schema version %d, columns %s",
+            key,
+            ts.schema_version,
+            ", ".join(c.name for c in ts.columns),
+        )
     tables = ", ".join(f"{t}: {n:,}" for t, n in sorted(result.rows_by_table.items())) or "none"
     rate = result.changes / max(result.seconds, 1e-9)
     where = f"advanced slot {slot} to {result.advanced_to}" if result.advanced_to else "slot not advanced"
@@ -192,6 +204,12 @@ def _log_result(result: CaptureResult, slot: str, decoded: DecodeResult) -> None
     log.info(
         "capture done in %.1f s: %s changes in %s transactions (%s/s), %d segment(s); "
         "rows per table: %s; %s%s",
-        result.seconds, f"{result.changes:,}", f"{result.transactions:,}", f"{rate:,.0f}",
-        len(result.segments), tables, where, idle,
+        result.seconds,
+        f"{result.changes:,}",
+        f"{result.transactions:,}",
+        f"{rate:,.0f}",
+        len(result.segments),
+        tables,
+        where,
+        idle,
     )

@@ -274,8 +274,16 @@ def _warm_up(rows: int = 20_000) -> None:
     begin = b"B" + struct.pack("!QqI", 2, 0, 1)
     commit = b"C" + struct.pack("!BQQq", 0, 2, 3, 0)
     inserts = [
-        b"I" + struct.pack("!I", 1) + b"N" + struct.pack("!h", 2) + b"t" + struct.pack("!i", len(k)) + k
-        + b"t" + struct.pack("!i", 5) + b"value"
+        b"I"
+        + struct.pack("!I", 1)
+        + b"N"
+        + struct.pack("!h", 2)
+        + b"t"
+        + struct.pack("!i", len(k))
+        + k
+        + b"t"
+        + struct.pack("!i", 5)
+        + b"value"
         for k in (str(i).encode() for i in range(rows))
     ]
     batcher = ColumnBatcher(lambda relation: 0)

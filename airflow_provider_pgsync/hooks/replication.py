@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 
 from airflow_provider_pgsync.errors import (
@@ -123,6 +124,19 @@ class PgReplicationHook(PostgresHook):
         if params:
             url += "?" + "&".join(params)
         return url, c.login or "", c.password or None
+
+    def libpq_target(self) -> str:
+        """The source as a libpq connection string without the password (for Spark tasks)."""
+        c = self.connection
+        extra = c.extra_dejson
+        ssl = {k: extra[k] for k in ("sslmode", "sslrootcert", "sslcert", "sslkey") if extra.get(k)}
+        return make_conninfo(
+            host=c.host or "localhost",
+            port=c.port or 5432,
+            dbname=self.database or c.schema or "postgres",
+            user=c.login or "",
+            **ssl,
+        )
 
     @contextmanager
     def baseline_snapshot(

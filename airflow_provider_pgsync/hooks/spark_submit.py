@@ -49,11 +49,13 @@ class BaselineSubmitHook(SparkSubmitHook):
 
 
 def driver_environment() -> dict[str, str]:
-    """Environment for a job whose driver runs here (client mode): the driver uses this Python
-    (it imports this package), and pip's pyspark serves as SPARK_HOME unless one is set."""
+    """Environment for a job whose driver runs here (client mode): the driver and local
+    executors use this Python (they import this package), and pip's pyspark serves as
+    SPARK_HOME unless one is set; ``spark.pyspark.python`` overrides it on a cluster."""
     env = {}
-    if "PYSPARK_DRIVER_PYTHON" not in os.environ:
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    for name in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):  # local executors run Python tasks too
+        if name not in os.environ:
+            env[name] = sys.executable
     if "SPARK_HOME" not in os.environ:
         import pyspark
 

@@ -47,6 +47,9 @@ class PgBaselineOperator(BaseOperator):
     :param destinations: destination configs; default one lake destination
         ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``.
     :param target_partition_mb: about how much of the table each Spark partition reads.
+    :param copy_path: ``auto`` (default) reads tables whose columns are all numbers, booleans,
+        text, dates and timestamps with ``COPY`` into pyarrow inside Spark tasks (executors
+        need this package's Python environment); ``off`` always uses Spark's JDBC source.
     :param spark_conn_id: the Spark connection (master, deploy mode); ``local[*]`` when it
         does not exist. :param spark_conf: extra Spark configuration. :param spark_jars:
         jars for the driver and executors (the PostgreSQL JDBC driver by default).
@@ -71,6 +74,7 @@ class PgBaselineOperator(BaseOperator):
         target_partition_mb: float = 256,
         fetch_size: int = 10_000,
         progress_seconds: float = 10,
+        copy_path: str = "auto",
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, Any] | None = None,
         spark_jars: str | None = None,
@@ -93,6 +97,9 @@ class PgBaselineOperator(BaseOperator):
         self.target_partition_mb = target_partition_mb
         self.fetch_size = fetch_size
         self.progress_seconds = progress_seconds
+        if copy_path not in ("auto", "off"):
+            raise ConfigError(f"copy_path {copy_path!r} is unknown; use 'auto' or 'off'")
+        self.copy_path = copy_path
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
         self.spark_jars = spark_jars
@@ -188,6 +195,7 @@ class PgBaselineOperator(BaseOperator):
         return BaselineJobSpec(
             table=str(table.table),
             jdbc_url=url,
+            conninfo=hook.libpq_target(),
             user=user,
             query=query,
             blocks=math.ceil(size / block_size),
@@ -199,6 +207,7 @@ class PgBaselineOperator(BaseOperator):
             fetch_size=self.fetch_size,
             rows_estimate=int(rows),
             progress_seconds=self.progress_seconds,
+            copy_path=self.copy_path,
         )
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:

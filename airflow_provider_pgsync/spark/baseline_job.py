@@ -20,16 +20,19 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from psycopg.conninfo import make_conninfo
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType, StructType
 
+from airflow_provider_pgsync.baseline.arrow_copy import copy_eligible, copy_partition, copy_sql
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
 from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import convert
-from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 from airflow_provider_pgsync.spark.progress import Progress
 
 log = logging.getLogger("pgsync.spark")
@@ -114,16 +117,51 @@ def _copy(
 ) -> tuple[list[dict[str, Any]], float]:
     """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
     table = TableRef.parse(spec.table)
-    df = read_source(spark, spec, predicates)
     writers = [LakeBaseWriter(spark, lake, table) for lake in lakes]
-    with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds):
-        staged = [(writer, writer.stage(df)) for writer in writers]
+    fast = spec.copy_path == "auto" and copy_eligible(spec.columns)
+    log.info("%s: reading with %s", spec.table, "COPY into pyarrow" if fast else "Spark's JDBC source")
+    for writer in writers:
+        writer.warm_up()
+    rows = spark.sparkContext.accumulator(0)
+    counter = (lambda: int(rows.value)) if fast else None
+    with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
+        if fast:
+            staged = [(writer, _copy_files(spark, spec, predicates, writer, rows)) for writer in writers]
+        else:
+            df = read_source(spark, spec, predicates)
+            staged = [(writer, writer.stage(df)) for writer in writers]
     published = time.monotonic()
     written = []
     for writer, base in staged:
         with writer.catalog():
             written.append(writer.publish(base))
     return written, time.monotonic() - published
+
+
+def _copy_files(
+    spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], writer: LakeBaseWriter, rows: Any
+) -> StagedBase:
+    """The COPY path: one Spark task per partition streams its ctid range into a Parquet file."""
+    location = writer.new_location()
+    writer.make_location(location)
+    conninfo = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
+    session_init, reads = spec.session_init, list(spec.columns)
+    work = [
+        (f"{location}/part-{i:05d}.parquet", copy_sql(spec.query, reads, p)) for i, p in enumerate(predicates)
+    ]
+
+    def run(item: tuple[str, str]) -> int:
+        count = copy_partition(conninfo, session_init, item[1], reads, item[0])
+        rows.add(count)
+        return count
+
+    try:
+        total = sum(spark.sparkContext.parallelize(work, len(work)).map(run).collect())
+    except Exception:
+        writer.discard(location)  # no reader ever saw it; leave nothing half-written behind
+        raise
+    schema = ", ".join(f"`{r.name.replace('`', '``')}` {r.spark_type}" for r in reads)
+    return writer.stage_files(location, total, cast(StructType, DataType.fromDDL(schema)))
 
 
 def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str]) -> DataFrame:
@@ -149,13 +187,13 @@ def summarise(exc: BaseException) -> str:
     """
     java = getattr(exc, "java_exception", None)
     if java is None:
-        return f"{type(exc).__name__}: {exc}"[:2000]
+        return f"{type(exc).__name__}: {_first_line(str(exc))}"[:2000]
     messages: list[str] = []
     cause = java
     while cause is not None and len(messages) < 20:
         message = cause.getMessage()
         if message:
-            messages.append(f"{cause.getClass().getSimpleName()}: {str(message).splitlines()[0]}")
+            messages.append(f"{cause.getClass().getSimpleName()}: {_first_line(str(message))}")
         cause = cause.getCause()
     if not messages:
         return str(java.toString())[:2000]
@@ -165,6 +203,19 @@ def summarise(exc: BaseException) -> str:
     # the top message often repeats the root and the whole generated query: name its class only
     error_class = re.search(r"\[([A-Z_.]+)\]", top)
     return f"{root} (Spark: {error_class.group(1) if error_class else top[:300]})"[:2000]
+
+
+_RAISED = re.compile(r"[A-Za-z_]\w*(\.\w+)*: ")  # "psycopg.errors.UndefinedColumn: ..."
+
+
+def _first_line(message: str) -> str:
+    """A message's first line; for a Python traceback (a failed task), the line of the error
+    it ends with (what follows it, e.g. PostgreSQL's ``LINE 1: ...`` context, is left out)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        raised = [line for line in lines if _RAISED.match(line)]
+        return raised[-1] if raised else lines[-1]
+    return lines[0] if lines else message
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -44,10 +45,17 @@ class LakeBaseWriter:
     def __init__(self, spark: SparkSession, destination: LakeDestination, table: TableRef) -> None:
         self.spark, self.destination, self.table = spark, destination, table
         self.name = destination.base_table(table)
+        self._lock: IO[str] | None = None
+        self._warming: threading.Thread | None = None
+
+    def new_location(self) -> str:
+        """A fresh version folder for the next base (nothing reads it until it is swapped in)."""
+        version = f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+        return f"{self.destination.table_dir(self.table)}/base/{version}"
 
     def stage(self, df: DataFrame) -> StagedBase:
-        version = f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-        location = f"{self.destination.table_dir(self.table)}/base/{version}"
+        """Write ``df`` as the next base with Spark's Parquet writer."""
+        location = self.new_location()
         counted = Observation("pgsync_rows")
         writer = df.observe(counted, F.count(F.lit(1)).alias("rows")).write.mode("errorifexists")
         # Dictionary pages of 64 kB instead of 1 MB: columns with few distinct values keep their
@@ -55,27 +63,92 @@ class LakeBaseWriter:
         writer.option("parquet.dictionary.page.size", 64 * 1024).parquet(location)
         return StagedBase(location, int(counted.get["rows"]), df.schema)
 
+    def stage_files(self, location: str, rows: int, schema: StructType) -> StagedBase:
+        """A base whose Parquet files tasks wrote into ``location``: marked complete (``_SUCCESS``,
+        as Spark's committer does)."""
+        filesystem, marker = self._filesystem(f"{location}/_SUCCESS")
+        filesystem.create(marker, True).close()
+        return StagedBase(location, rows, schema)
+
+    def make_location(self, location: str) -> None:
+        filesystem, folder = self._filesystem(location)
+        filesystem.mkdirs(folder)
+
+    def discard(self, location: str) -> None:
+        """Remove a version folder that never became the base (a failed write)."""
+        filesystem, folder = self._filesystem(location)
+        filesystem.delete(folder, True)
+
+    def _filesystem(self, location: str) -> tuple[Any, Any]:
+        """Hadoop's FileSystem and Path of ``location`` (any URI Spark can write)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(location)
+        return path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), path
+
+    def warm_up(self) -> None:
+        """Start the catalog (Spark's Hive client, seconds of work) while the data is written.
+
+        An embedded Derby metastore admits one process at a time: when it is free now, this
+        job holds it from here to the end of its swap; when another job holds it, nothing is
+        started and the swap waits for it instead (``catalog``).
+        """
+        if self._derby_folder() is not None and not self._try_lock():
+            return
+        self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
+        self._warming.start()
+
+    def _start_catalog(self) -> None:
+        try:
+            self.spark.catalog.databaseExists(self.destination.database)
+        except Exception as exc:  # the swap reports it, with the lock held properly
+            log.info("the catalog did not start early: %s", exc)
+
     @contextmanager
     def catalog(self) -> Iterator[None]:
         """Exclusive use of an embedded Derby metastore (one process at a time), released at exit."""
-        local = self.destination.local_path
-        if self.destination.metastore != "derby" or local is None:
+        if self._warming is not None:
+            self._warming.join()
+        local = self._derby_folder()
+        if local is None:
             yield
             return
+        if self._lock is None and not self._try_lock():
+            log.info("waiting for the Derby metastore in %s (another job or spark-sql holds it)", local)
+            self._lock = open(f"{local}/.metastore.lock", "a")  # noqa: SIM115 (closed in finally)
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            try:
+                _shutdown_derby(self.spark)
+            finally:
+                assert self._lock is not None
+                self._lock.close()
+                self._lock = None
+
+    def _derby_folder(self) -> str | None:
+        local = self.destination.local_path
+        if self.destination.metastore != "derby" or local is None:
+            return None
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         # Derby writes its log where the process runs unless told otherwise
         jvm.java.lang.System.setProperty("derby.stream.error.file", f"{local}/derby.log")
-        with open(f"{local}/.metastore.lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("waiting for the Derby metastore in %s (another job or spark-sql holds it)", local)
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                _shutdown_derby(self.spark)
+        return local
+
+    def _try_lock(self) -> bool:
+        """Take the metastore's file lock if it is free; True when this job holds it."""
+        local = self._derby_folder()
+        assert local is not None
+        lock = open(f"{local}/.metastore.lock", "a")  # noqa: SIM115 (kept open while held)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            return False
+        self._lock = lock
+        return True
 
     def publish(self, staged: StagedBase) -> dict[str, Any]:
         """Point the catalog table at ``staged``; returns what was written, for the job's report."""
@@ -107,10 +180,7 @@ class LakeBaseWriter:
         return None
 
     def _remove_versions(self, keep: set[str | None]) -> None:
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        base = jvm.org.apache.hadoop.fs.Path(f"{self.destination.table_dir(self.table)}/base")
-        fs = base.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        fs, base = self._filesystem(f"{self.destination.table_dir(self.table)}/base")
         for status in fs.listStatus(base):
             if status.getPath().getName() not in keep:
                 log.info("removing old base version %s", status.getPath().toString())

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from pyspark import SparkContext
@@ -17,12 +18,22 @@ log = logging.getLogger("pgsync.spark")
 class Progress:
     """Logs every ``interval`` seconds the progress of the jobs of Spark job group ``group``.
 
-    Partition counts come from the status tracker; row counts from the driver's own REST API
-    (``/api/v1``) when the Spark UI runs, and are left out otherwise.
+    Partition counts come from the status tracker; row counts from ``rows`` when given (e.g. an
+    accumulator of finished tasks), else from the driver's own REST API (``/api/v1``) when the
+    Spark UI runs, and are left out otherwise.
     """
 
-    def __init__(self, sc: SparkContext, group: str, label: str, interval: float) -> None:
+    def __init__(
+        self,
+        sc: SparkContext,
+        group: str,
+        label: str,
+        interval: float,
+        *,
+        rows: Callable[[], int] | None = None,
+    ) -> None:
         self._sc, self._group, self._label, self._interval = sc, group, label, interval
+        self._count_rows = rows
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pgsync-progress", daemon=True)
         self._started = time.monotonic()
@@ -66,7 +77,7 @@ class Progress:
         elapsed = max(time.monotonic() - self._started, 1e-9)
         text = f"{self._label}: {done}/{total} partitions ({100 * done // total}%)"
         try:
-            rows = self._rows([s.stageId for s in stages])
+            rows = self._count_rows() if self._count_rows else self._rows([s.stageId for s in stages])
         except OSError:  # the UI is busy or gone: partitions only
             rows = None
         if rows is not None:

@@ -14,6 +14,7 @@ def make_spec(**overrides: object) -> BaselineJobSpec:
     values: dict[str, object] = {
         "table": 'public."Orders"',
         "jdbc_url": "jdbc:postgresql://db.example:5432/shop?sslmode=require",
+        "conninfo": "host=db.example port=5432 dbname=shop user=replicator sslmode=require",
         "user": "replicator",
         "query": '(SELECT ctid AS "__pgsync_ctid", "id" AS "id" FROM "public"."Orders") AS pgsync_base',
         "blocks": 100,
