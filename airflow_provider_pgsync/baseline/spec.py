@@ -16,12 +16,12 @@ PASSWORD_ENV = "PGSYNC_SOURCE_PASSWORD"
 class BaselineJobSpec:
     """One table's baseline: the JDBC source, its partitions, the column reads and the destinations.
 
-    ``jdbc_url`` and ``conninfo`` (libpq) name the source without the password; ``copy_path``
-    ``auto`` reads through COPY and pyarrow when every column allows it, ``off`` always
-    through Spark's JDBC source. ``query`` is the table as a subquery (``dbtable``); the job
-    splits its ``blocks`` into ctid ranges of about ``target_partition_bytes`` of the table's
-    ``table_bytes``, as many as fit its cluster's task slots; ``session_init`` joins every
-    partition's connection to the snapshot.
+    ``jdbc_url`` and ``conninfo`` (libpq) name the source without the password. ``query`` is
+    the table as a subquery (``dbtable``) for Spark's JDBC source; ``arrow_query`` the same
+    with the Arrow path's projections, or empty when that path is off or a column cannot take
+    it (``baseline/arrow_copy.py``). The job splits the table's ``blocks`` into ctid ranges of
+    about ``target_partition_bytes`` of its ``table_bytes``, as many as fit its cluster's task
+    slots; the ``session`` statements join every partition's connection to the snapshot.
     """
 
     table: str
@@ -32,13 +32,18 @@ class BaselineJobSpec:
     blocks: int
     table_bytes: int
     target_partition_bytes: int
-    session_init: str
+    session: tuple[str, ...]
     columns: tuple[ColumnRead, ...]
     destinations: tuple[dict[str, Any], ...]
     fetch_size: int = 10_000
     rows_estimate: int = 0
     progress_seconds: float = 10.0
-    copy_path: str = "auto"
+    arrow_query: str = ""
+
+    @property
+    def session_init(self) -> str:
+        """The session statements as one (JDBC's ``sessionInitStatement``)."""
+        return "; ".join(self.session)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -48,6 +53,7 @@ class BaselineJobSpec:
         data = json.loads(text)
         data["columns"] = tuple(ColumnRead(**c) for c in data["columns"])
         data["destinations"] = tuple(data["destinations"])
+        data["session"] = tuple(data["session"])
         return cls(**data)
 
 

@@ -27,7 +27,7 @@ from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.state.model import DataSync, Errored, Init, PipelineState, SyncDone, table_key
 from airflow_provider_pgsync.state.store import StateStore, update_state
-from airflow_provider_pgsync.typemap.spark import spark_reads
+from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
 
 JDBC_DRIVER_JAR = "/usr/share/java/postgresql.jar"
 """Where Debian's libpostgresql-jdbc-java puts the driver; the default of ``spark_jars``."""
@@ -48,8 +48,9 @@ class PgBaselineOperator(BaseOperator):
         ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``.
     :param target_partition_mb: about how much of the table each Spark partition reads.
     :param copy_path: ``auto`` (default) reads tables whose columns are all numbers, booleans,
-        text, dates and timestamps with ``COPY`` into pyarrow inside Spark tasks (executors
-        need this package's Python environment); ``off`` always uses Spark's JDBC source.
+        text, bytea, dates and timestamps with binary ``COPY`` into Arrow (ADBC) inside Spark
+        tasks (executors need this package's Python environment); ``off`` always uses Spark's
+        JDBC source.
     :param spark_conn_id: the Spark connection (master, deploy mode); ``local[*]`` when it
         does not exist. :param spark_conf: extra Spark configuration. :param spark_jars:
         jars for the driver and executors (the PostgreSQL JDBC driver by default).
@@ -175,15 +176,16 @@ class PgBaselineOperator(BaseOperator):
         reads = spark_reads(columns, str(table.table))
         size, block_size, rows = relation_size(conn, table.table)
         query = base_query(table, reads).as_string(conn)
-        session_init = (
-            sql.SQL(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET TRANSACTION SNAPSHOT {}; "
-                "SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO'; "
-                "SET LOCAL IntervalStyle = 'postgres'"
-            )
-            .format(sql.Literal(snapshot.snapshot))
-            .as_string(conn)
+        session = (
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
+            sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot)).as_string(conn),
+            "SET LOCAL TimeZone = 'UTC'",
+            "SET LOCAL DateStyle = 'ISO'",
+            "SET LOCAL IntervalStyle = 'postgres'",
+            "SET LOCAL client_encoding = 'UTF8'",
         )
+        fast = arrow_reads(reads) if self.copy_path == "auto" else None
+        arrow_query = base_query(table, fast).as_string(conn) if fast else ""
         url, user, _ = hook.jdbc_target()
         self.log.info(
             "baseline %s: %d columns, %.1f MB, %s",
@@ -201,13 +203,13 @@ class PgBaselineOperator(BaseOperator):
             blocks=math.ceil(size / block_size),
             table_bytes=size,
             target_partition_bytes=int(self.target_partition_mb * 1024 * 1024),
-            session_init=session_init,
+            session=session,
             columns=tuple(reads),
             destinations=tuple(lake.to_config() for lake in lakes),
             fetch_size=self.fetch_size,
             rows_estimate=int(rows),
             progress_seconds=self.progress_seconds,
-            copy_path=self.copy_path,
+            arrow_query=arrow_query,
         )
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:

@@ -26,7 +26,7 @@ from psycopg.conninfo import make_conninfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
-from airflow_provider_pgsync.baseline.arrow_copy import copy_eligible, copy_partition, copy_sql
+from airflow_provider_pgsync.baseline.arrow_copy import copy_partition, copy_sql
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
 from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination
@@ -118,8 +118,8 @@ def _copy(
     """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
     table = TableRef.parse(spec.table)
     writers = [LakeBaseWriter(spark, lake, table) for lake in lakes]
-    fast = spec.copy_path == "auto" and copy_eligible(spec.columns)
-    log.info("%s: reading with %s", spec.table, "COPY into pyarrow" if fast else "Spark's JDBC source")
+    fast = bool(spec.arrow_query)
+    log.info("%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source")
     for writer in writers:
         writer.warm_up()
     rows = spark.sparkContext.accumulator(0)
@@ -141,17 +141,18 @@ def _copy(
 def _copy_files(
     spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], writer: LakeBaseWriter, rows: Any
 ) -> StagedBase:
-    """The COPY path: one Spark task per partition streams its ctid range into a Parquet file."""
+    """The Arrow path: one Spark task per partition streams its ctid range into a Parquet file."""
     location = writer.new_location()
     writer.make_location(location)
     conninfo = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
-    session_init, reads = spec.session_init, list(spec.columns)
+    session, reads = spec.session, list(spec.columns)
     work = [
-        (f"{location}/part-{i:05d}.parquet", copy_sql(spec.query, reads, p)) for i, p in enumerate(predicates)
+        (f"{location}/part-{i:05d}.parquet", copy_sql(spec.arrow_query, reads, p))
+        for i, p in enumerate(predicates)
     ]
 
     def run(item: tuple[str, str]) -> int:
-        count = copy_partition(conninfo, session_init, item[1], reads, item[0])
+        count = copy_partition(conninfo, session, item[1], reads, item[0])
         rows.add(count)
         return count
 

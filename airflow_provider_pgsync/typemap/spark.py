@@ -101,6 +101,74 @@ def spark_read(name: str, pgtype: PgType) -> ColumnRead:
     return ColumnRead(name, "{col}::text", "native", "string")
 
 
+# The Arrow path (``baseline/arrow_copy.py``) reads values in their own PostgreSQL type over
+# binary COPY: Spark types it can take, and the PostgreSQL type a plain ``{col}`` read names
+ARROW_NATIVE = {
+    "smallint": "int2",
+    "int": "int4",
+    "bigint": "int8",
+    "float": "float4",
+    "double": "float8",
+    "boolean": "bool",
+    "binary": "bytea",
+    "string": "bpchar",  # the only plain string read: casts to text elsewhere
+}
+# conversion -> (PostgreSQL type, infinity's sentinel, -infinity's sentinel, first year that
+# does not fit Arrow's microseconds since 1970; PostgreSQL's timestamps reach year 294276)
+_ARROW_TEMPORAL = {
+    "date_days": ("date", "'9999-12-31'", "'0001-01-01'", None),
+    "timestamp_micros": (
+        "timestamptz",
+        "'9999-12-31 23:59:59.999999+00'",
+        "'0001-01-01 00:00:00+00'",
+        "'294000-01-01 00:00:00+00'",
+    ),
+    "timestamp_ntz_micros": (
+        "timestamp",
+        "'9999-12-31 23:59:59.999999'",
+        "'0001-01-01 00:00:00'",
+        "'294000-01-01 00:00:00'",
+    ),
+}
+
+
+def arrow_select(read: ColumnRead) -> str | None:
+    """The projection of ``read`` for the Arrow path, or None when the column cannot take it.
+
+    Values keep their PostgreSQL type (binary COPY sends dates and timestamps as integers);
+    ±infinity become the same sentinels as on the JDBC path, and a timestamp beyond what
+    Arrow's microseconds since 1970 hold fails the read naming the value instead of wrapping.
+    """
+    if read.convert == "native" and read.spark_type in ARROW_NATIVE:
+        if read.select == "{col}":  # a domain reads as its base type
+            return "{col}::" + ARROW_NATIVE[read.spark_type]
+        return read.select
+    if read.convert not in _ARROW_TEMPORAL:
+        return None
+    pgtype, high, low, too_far = _ARROW_TEMPORAL[read.convert]
+    beyond = (
+        f" WHEN {{col}} >= {too_far}::{pgtype} THEN ('beyond year 294000, which Spark cannot hold: '"
+        f" || {{col}}::text)::{pgtype}"
+        if too_far
+        else ""
+    )
+    return (
+        f"CASE WHEN {{col}} = 'infinity' THEN {high}::{pgtype}"
+        f" WHEN {{col}} = '-infinity' THEN {low}::{pgtype}{beyond} ELSE {{col}}::{pgtype} END"
+    )
+
+
+def arrow_reads(reads: Sequence[ColumnRead]) -> list[ColumnRead] | None:
+    """``reads`` with the Arrow path's projections, or None when a column cannot take it."""
+    out = []
+    for read in reads:
+        select = arrow_select(read)
+        if select is None:
+            return None
+        out.append(ColumnRead(read.name, select, read.convert, read.spark_type))
+    return out or None
+
+
 def spark_reads(columns: Sequence[tuple[str, PgType]], table: str) -> list[ColumnRead]:
     """The reads of a table's columns; UnsupportedTypeError before anything is read when
     two names differ only in case (Spark's catalog folds column names)."""

@@ -1,5 +1,5 @@
-"""The COPY path (``copy_path='auto'``: COPY -> pyarrow -> Parquet in Spark tasks) writes exactly
-what Spark's JDBC path writes, for every type it takes and the values CSV makes tricky."""
+"""The Arrow path (``copy_path='auto'``: binary COPY -> Arrow -> Parquet in Spark tasks) writes
+exactly what Spark's JDBC path writes, for every type it takes and the values that are tricky."""
 
 from __future__ import annotations
 
@@ -9,28 +9,36 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
+from airflow_provider_pgsync.errors import BaselineError
 from tests.baseline.conftest import RunBaseline
 from tests.conftest import Database
 
 TABLE_SQL = """
+CREATE DOMAIN small_count AS integer CHECK (VALUE >= 0);
+CREATE DOMAIN code3 AS char(3);
 CREATE TABLE tricky (
     id integer PRIMARY KEY, s smallint, i integer, b bigint, r real, d double precision,
     flag boolean, t text, v varchar(12), c char(4), day date, ts timestamp, tstz timestamptz,
-    u uuid, j jsonb, n numeric
+    u uuid, j jsonb, n numeric, raw bytea, cnt small_count, code code3
 );
 INSERT INTO tricky VALUES
     (1, 32767, -2147483648, 9223372036854775807, 1.1, 0.1, true, '', 'x', 'a', '2024-02-29',
-     '2024-01-02 03:04:05.123456', '2024-01-02 03:04:05.654321+02', gen_random_uuid(), '{"a": 1}', 1.50),
+     '2024-01-02 03:04:05.123456', '2024-01-02 03:04:05.654321+02', gen_random_uuid(), '{"a": 1}', 1.50,
+     '\\x00ff', 7, 'ab'),
     (2, -32768, 0, -1, 'NaN', 'NaN', false, 'NULL', '"quoted"', 'ab  ', 'infinity', 'infinity',
-     'infinity', NULL, '"str"', 'NaN'),
+     'infinity', NULL, '"str"', 'NaN', '', 0, ''),
     (3, 0, 1, 0, 'Infinity', '-Infinity', NULL, E'multi\\nline,with "quotes"\\r\\n', 'comma,', NULL,
-     '-infinity', '-infinity', '-infinity', NULL, NULL, NULL),
+     '-infinity', '-infinity', '-infinity', NULL, NULL, NULL, NULL, NULL, NULL),
     (4, NULL, NULL, NULL, '-0', '-0', NULL, E'caf\\u00e9 \\U0001F642 \\\\back', '', '    ', '0044-03-15 BC',
-     '1582-10-10 12:00:00', '1969-12-31 23:59:59.999999+00', NULL, 'null', '-0.000'),
-    (5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+     '1582-10-10 12:00:00', '4713-01-01 00:00:00+00 BC', NULL, 'null', '-0.000', NULL, NULL, NULL),
+    (5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+     NULL, NULL),
     (6, 1, 2, 3, 3.4028235e38, 1.7976931348623157e308, true, ',', ' ', 'z', '2000-01-01',
-     '2000-01-01 00:00:00', '2000-01-01 00:00:00+14', NULL, '[]', 0);
+     '2000-01-01 00:00:00', '2000-01-01 00:00:00+14', NULL, '[]', 0, '\\x', 2147483647, 'xyz'),
+    (7, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '5874897-12-31', '293999-12-31 23:59:59.999999',
+     '1969-12-31 23:59:59.999999+00', NULL, NULL, NULL, NULL, NULL, NULL);
 """
 
 
@@ -60,7 +68,7 @@ def test_copy_path_writes_what_the_jdbc_path_writes(database: Database, run_base
     jdbc = run_baseline("public.tricky", copy_path="off")
     copy = run_baseline("public.tricky", copy_path="auto", rebaseline=True)
 
-    assert jdbc["rows"] == copy["rows"] == 6
+    assert jdbc["rows"] == copy["rows"] == 7
     # each path wrote its own files: Spark's writer names them part-<n>-<uuid>..., COPY part-<n>
     copy_files = [p.name for p in Path(copy["written"][0]["location"]).glob("part-*")]
     jdbc_files = [p.name for p in Path(jdbc["written"][0]["location"]).glob("part-*")]
@@ -83,6 +91,18 @@ def test_copy_path_writes_what_the_jdbc_path_writes(database: Database, run_base
     assert (by_id[2]["c"], by_id[4]["c"], by_id[4]["v"]) == ("ab  ", "    ", "")
     assert math.isnan(by_id[2]["d"]) and by_id[3]["r"] == math.inf and by_id[3]["flag"] is None
     assert by_id[2]["n"] == "NaN" and by_id[4]["n"] == "0.000"
+    assert (by_id[1]["raw"], by_id[2]["raw"], by_id[3]["raw"]) == (b"\x00\xff", b"", None)
+    assert (by_id[1]["code"], by_id[2]["code"], by_id[6]["cnt"]) == ("ab ", "   ", 2147483647)
+
+
+def test_timestamps_beyond_arrows_range_fail_the_read(database: Database, run_baseline: RunBaseline) -> None:
+    """PostgreSQL's timestamps reach year 294276; microseconds since 1970 in 64 bits do not:
+    such a value fails the baseline (on either path), naming it, instead of wrapping around."""
+    database.execute("CREATE TABLE far (id integer PRIMARY KEY, at timestamp)")
+    database.execute("INSERT INTO far VALUES (1, '2024-01-01'), (2, '294100-01-01 00:00:00')")
+
+    with pytest.raises(BaselineError, match=r"294100-01-01 00:00:00"):
+        run_baseline("public.far", copy_path="auto")
 
 
 def test_copy_path_writes_an_empty_base_for_no_rows(database: Database, run_baseline: RunBaseline) -> None:

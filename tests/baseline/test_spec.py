@@ -20,7 +20,7 @@ def make_spec(**overrides: object) -> BaselineJobSpec:
         "blocks": 100,
         "table_bytes": 819_200,
         "target_partition_bytes": 268_435_456,
-        "session_init": "SET TRANSACTION SNAPSHOT '00000003-0000001B-1'",
+        "session": ("BEGIN", "SET TRANSACTION SNAPSHOT '00000003-0000001B-1'"),
         "columns": (
             spark_read("id", PgType("integer", "int4")),
             spark_read("Größe", PgType("numeric(10,2)", "numeric", precision=10, scale=2)),
@@ -79,3 +79,8 @@ def test_failed_result_round_trip() -> None:
 
 def test_result_without_written_key() -> None:
     assert BaselineResult.from_json('{"ok": true, "rows": 3}') == BaselineResult(ok=True, rows=3)
+
+
+def test_session_statements_join_into_jdbcs_session_init() -> None:
+    spec = make_spec(session=("BEGIN", "SET TRANSACTION SNAPSHOT 'x'"))
+    assert spec.session_init == "BEGIN; SET TRANSACTION SNAPSHOT 'x'"
