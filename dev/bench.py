@@ -184,7 +184,8 @@ def bench_baseline(
     ours_rate = rows / best["copy_seconds"]
     print(
         f"baseline: best {best['copy_seconds']:.2f} s of {len(results)} (from the start of reading to the "
-        f"durable base; Spark session start {best['session_seconds']:.1f} s not included), "
+        "durable base; Spark session and executors' Python workers start "
+        f"{best['session_seconds']:.1f} s not included), "
         f"{ours_rate:,.0f} rows/s"
     )
     cluster.destroy()

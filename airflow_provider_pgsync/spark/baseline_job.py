@@ -26,7 +26,6 @@ from psycopg.conninfo import make_conninfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
-from airflow_provider_pgsync.baseline.arrow_copy import copy_partition, copy_sql
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
 from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination
@@ -65,8 +64,20 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        session_seconds = time.monotonic() - started
         slots = spark.sparkContext.defaultParallelism
+        fast = bool(spec.arrow_query)
+        if fast:
+            problem = _start_python_workers(spark, slots)
+            if problem:
+                log.warning(
+                    "%s: the executors cannot load the Arrow path (%s); install this package with "
+                    "adbc-driver-postgresql and pyarrow in their Python. Reading with Spark's JDBC "
+                    "source instead",
+                    spec.table,
+                    problem,
+                )
+                fast = False
+        session_seconds = time.monotonic() - started
         count = partition_count(spec.table_bytes, spec.target_partition_bytes, slots=slots)
         predicates = ctid_predicates(spec.blocks, count)
         log.info(
@@ -80,7 +91,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         )
         copy_started = time.monotonic()
         try:
-            written, catalog_seconds = _copy(spark, spec, predicates, lakes)
+            written, catalog_seconds = _copy(spark, spec, predicates, lakes, fast)
         except Exception as exc:
             summary = summarise(exc)
             log.error("%s: baseline failed: %s", spec.table, summary)
@@ -112,13 +123,32 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         spark.stop()
 
 
+def _start_python_workers(spark: SparkSession, slots: int) -> str | None:
+    """Start a Python worker in every task slot with the Arrow path's modules loaded (part of
+    bringing the session up, like the JVM); why the executors cannot, or None."""
+
+    def load(_: int) -> int:
+        import airflow_provider_pgsync.baseline.arrow_copy  # noqa: F401
+
+        return 0
+
+    try:
+        spark.sparkContext.parallelize(range(slots), slots).map(load).collect()
+    except Exception as exc:
+        return summarise(exc)
+    return None
+
+
 def _copy(
-    spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], lakes: list[LakeDestination]
+    spark: SparkSession,
+    spec: BaselineJobSpec,
+    predicates: list[str],
+    lakes: list[LakeDestination],
+    fast: bool,
 ) -> tuple[list[dict[str, Any]], float]:
     """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
     table = TableRef.parse(spec.table)
     writers = [LakeBaseWriter(spark, lake, table) for lake in lakes]
-    fast = bool(spec.arrow_query)
     log.info("%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source")
     for writer in writers:
         writer.warm_up()
@@ -142,6 +172,9 @@ def _copy_files(
     spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], writer: LakeBaseWriter, rows: Any
 ) -> StagedBase:
     """The Arrow path: one Spark task per partition streams its ctid range into a Parquet file."""
+    # imported here: only this path needs ADBC
+    from airflow_provider_pgsync.baseline.arrow_copy import copy_partition, copy_sql
+
     location = writer.new_location()
     writer.make_location(location)
     conninfo = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)

@@ -31,6 +31,16 @@ log = logging.getLogger("pgsync.spark")
 
 
 @dataclass(frozen=True)
+class CatalogView:
+    """What the catalog holds for a base table before the swap: its database, and the table's
+    location and schema (None when the table does not exist yet)."""
+
+    database_exists: bool
+    location: str | None
+    schema: str | None
+
+
+@dataclass(frozen=True)
 class StagedBase:
     """A base version written and counted, not yet visible to readers."""
 
@@ -47,6 +57,7 @@ class LakeBaseWriter:
         self.name = destination.base_table(table)
         self._lock: IO[str] | None = None
         self._warming: threading.Thread | None = None
+        self._view: CatalogView | None = None
 
     def new_location(self) -> str:
         """A fresh version folder for the next base (nothing reads it until it is swapped in)."""
@@ -87,11 +98,13 @@ class LakeBaseWriter:
         return path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), path
 
     def warm_up(self) -> None:
-        """Start the catalog (Spark's Hive client, seconds of work) while the data is written.
+        """Start the catalog (Spark's Hive client, seconds of work) and read what it holds for
+        the table while the data is written, so the swap itself is one metastore operation.
 
         An embedded Derby metastore admits one process at a time: when it is free now, this
-        job holds it from here to the end of its swap; when another job holds it, nothing is
-        started and the swap waits for it instead (``catalog``).
+        job holds it from here to the end of its swap (nobody else can change the table in
+        between); when another job holds it, nothing is started and the swap waits for it
+        instead (``catalog``).
         """
         if self._derby_folder() is not None and not self._try_lock():
             return
@@ -100,9 +113,20 @@ class LakeBaseWriter:
 
     def _start_catalog(self) -> None:
         try:
-            self.spark.catalog.databaseExists(self.destination.database)
+            if self._lock is not None:  # nobody can change the table before the swap
+                self._view = self._read_view()
+            else:  # a shared metastore: read the table at the swap, just start the client now
+                self.spark.catalog.databaseExists(self.destination.database)
         except Exception as exc:  # the swap reports it, with the lock held properly
             log.info("the catalog did not start early: %s", exc)
+
+    def _read_view(self) -> CatalogView:
+        if not self.spark.catalog.databaseExists(self.destination.database):
+            return CatalogView(False, None, None)
+        if not self.spark.catalog.tableExists(self.name):
+            return CatalogView(True, None, None)
+        # a catalog schema says every column is nullable: compare names and types
+        return CatalogView(True, self._location(), self.spark.table(self.name).schema.simpleString())
 
     @contextmanager
     def catalog(self) -> Iterator[None]:
@@ -152,14 +176,13 @@ class LakeBaseWriter:
 
     def publish(self, staged: StagedBase) -> dict[str, Any]:
         """Point the catalog table at ``staged``; returns what was written, for the job's report."""
-        database = self.destination.database
-        if not self.spark.catalog.databaseExists(database):
-            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
-        previous = None
-        if self.spark.catalog.tableExists(self.name):
-            previous = self._location()
-            # the same columns and types (a catalog schema says every column is nullable)
-            if self.spark.table(self.name).schema.simpleString() == staged.schema.simpleString():
+        view = self._view or self._read_view()
+        self._view = None  # read once per swap
+        if not view.database_exists:
+            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
+        previous = view.location
+        if view.schema is not None:
+            if view.schema == staged.schema.simpleString():
                 self.spark.sql(f"ALTER TABLE {self.name} SET LOCATION {_literal(staged.location)}")
             else:
                 log.info("the columns of %s changed: the table is created again", self.name)

@@ -115,3 +115,28 @@ def test_copy_path_writes_an_empty_base_for_no_rows(database: Database, run_base
     assert result["rows"] == 0
     base = pq.read_table(result["written"][0]["location"])
     assert base.num_rows == 0 and base.schema.names == ["id", "t"]
+
+
+def test_executors_without_adbc_fall_back_to_jdbc(
+    database: Database, run_baseline: RunBaseline, tmp_path: Path
+) -> None:
+    """Executors whose Python lacks the ADBC driver still baseline the table, through JDBC."""
+    shadow = tmp_path / "shadow" / "adbc_driver_postgresql"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('adbc_driver_postgresql is not installed here')\n")
+    database.execute("CREATE TABLE plain (id integer PRIMARY KEY, t text)")
+    database.execute("INSERT INTO plain SELECT g, 'row ' || g FROM generate_series(1, 50) g")
+
+    result = run_baseline(
+        "public.plain", copy_path="auto", spark_conf={"spark.executorEnv.PYTHONPATH": str(shadow.parent)}
+    )
+
+    assert result["rows"] == 50
+    files = [p.name for p in Path(result["written"][0]["location"]).glob("part-*")]
+    assert files and not any(re.fullmatch(r"part-\d{5}\.parquet", name) for name in files)
+    assert sorted(read_rows(result)) == [(i, f"row {i}") for i in range(1, 51)]
+
+
+def read_rows(result: dict[str, Any]) -> list[tuple[Any, ...]]:
+    table = pq.read_table(result["written"][0]["location"])
+    return list(zip(*(table.column(n).to_pylist() for n in table.column_names), strict=True))
