@@ -144,3 +144,7 @@ class BaselineError(PgSyncError):
     """A baseline job failed; the table is Errored and a rebaseline (after the fix) runs it again."""
 
     retryable = True
+
+
+class DestinationError(PgSyncError):
+    """A destination cannot take a table's changes; its tables go Errored, capture goes on."""

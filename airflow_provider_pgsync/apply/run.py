@@ -1,0 +1,151 @@
+"""Apply one table's changelog to one destination: batches after its watermark, the baseline
+hand-off by the visibility rule, schema changes, and the move to Ready (DESIGN §2 rules 4-9).
+
+Pure orchestration over a ``Changelog`` and a ``Destination``: no Airflow, no state store;
+the caller records the returned phase.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_provider_pgsync.baseline.handoff import visible_in_snapshot
+from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.changelog.metadata import columns_of
+from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
+from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableApplied:
+    """What one apply run did to a table in a destination, and the table's phase after it."""
+
+    table: str
+    applied: int
+    in_base: int
+    watermark: Key | None
+    phase: TablePhase
+
+
+def apply_table(
+    changelog: Changelog,
+    state: PipelineState,
+    table_state: TableState,
+    destination: Destination,
+    *,
+    batch_rows: int = 65536,
+) -> TableApplied:
+    """Hand ``destination`` every change of the table after its watermark.
+
+    A table in SyncDone gets only the changes of transactions its baseline snapshot did not
+    see (the rest is in the base); it becomes Ready once capture has passed its
+    ``baseline_lsn`` and every captured change is applied. A failing destination or a schema
+    change it cannot take leaves the table Errored (or, for Rebaseline, back in Init).
+    Tables in other phases are left alone.
+    """
+    phase = table_state.phase
+    table, key = table_state.table, table_state.key
+    if not isinstance(phase, SyncDone | Ready):
+        return TableApplied(key, 0, 0, None, phase)
+    segments = [s for s in state.segments if s.table == key]
+    versions = _columns_by_version(changelog, segments)
+    watermark = destination.watermark(table)
+    known = _version_at(segments, watermark)
+    if known is not None or versions:
+        first = known if known is not None else min(versions)
+        destination.open_table(table, versions.get(first, table_state.columns), first)
+    applied = in_base = 0
+    try:
+        for version, batch in changelog.read_changes(table, segments, after=watermark, batch_rows=batch_rows):
+            columns = versions[version]
+            if known is not None and version != known:
+                answer = destination.schema_changed(table, versions.get(known, table_state.columns), columns)
+                if answer is not SchemaAnswer.CONTINUE:
+                    return TableApplied(key, applied, in_base, watermark, _schema_phase(table_state, answer))
+            known = version
+            upto = _last_key(batch)
+            changes = _after_baseline(batch, phase) if isinstance(phase, SyncDone) else batch
+            destination.apply(table, columns, changes, upto)
+            watermark = upto
+            applied += changes.num_rows
+            in_base += batch.num_rows - changes.num_rows
+    except DestinationError as exc:
+        return TableApplied(
+            key,
+            applied,
+            in_base,
+            watermark,
+            Errored(
+                reason=str(exc),
+                solution=f"fix destination {destination.name} and run apply again, or rebaseline {key}",
+                retry="manual",
+            ),
+        )
+    new_phase: TablePhase = phase
+    if (
+        isinstance(phase, SyncDone)
+        and state.last_end_lsn is not None
+        and state.last_end_lsn >= phase.baseline_lsn
+    ):
+        log.info(
+            "%s: in sync in %s from %s on (baseline at %s)",
+            key,
+            destination.name,
+            state.last_end_lsn,
+            phase.baseline_lsn,
+        )
+        new_phase = Ready()
+    return TableApplied(key, applied, in_base, watermark, new_phase)
+
+
+def _columns_by_version(changelog: Changelog, segments: Sequence[SegmentInfo]) -> dict[int, list[ColumnInfo]]:
+    out: dict[int, list[ColumnInfo]] = {}
+    for seg in segments:
+        if seg.schema_version not in out:
+            out[seg.schema_version] = columns_of(changelog.segment_metadata(seg.path), seg.path)
+    return out
+
+
+def _version_at(segments: Sequence[SegmentInfo], watermark: Key | None) -> int | None:
+    """The schema version of the last change the destination applied (None: unknown)."""
+    if watermark is None:
+        return None
+    holding = [
+        s.schema_version
+        for s in segments
+        if s.first_commit_lsn.value <= watermark[0] <= s.last_commit_lsn.value
+    ]
+    return max(holding) if holding else None
+
+
+def _last_key(batch: pa.RecordBatch) -> Key:
+    return int(batch.column(COMMIT_LSN)[-1].as_py()), int(batch.column(SEQ)[-1].as_py())
+
+
+def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
+    """The changes of transactions the baseline snapshot did not see (rule 5)."""
+    xids = batch.column(XID).to_numpy(zero_copy_only=False)
+    seen = {int(x): visible_in_snapshot(int(x), done.xmin, done.xmax, done.xip) for x in np.unique(xids)}
+    keep = np.fromiter((not seen[int(x)] for x in xids), dtype=bool, count=len(xids))
+    return batch.filter(pa.array(keep))
+
+
+def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:
+    if answer is SchemaAnswer.REBASELINE:
+        return Init()
+    return Errored(
+        reason=f"table {table_state.key} changed its columns in a way its destination cannot follow",
+        solution=f"rebaseline {table_state.key} (or change the destination table by hand and retry)",
+        retry="manual",
+    )

@@ -1,0 +1,357 @@
+"""The PostgreSQL destination: a replica database, each batch in one transaction with its watermark.
+
+Tables are created with the source's types where they are built in (same OIDs in every
+database) and as ``text`` otherwise (enums, domains, extension types), with the primary key
+of the source's replica identity. A batch becomes a few statements of its net effect
+(``apply/net.py``): deletes, then inserts-or-updates of whole rows, then in-place updates
+that leave columns sent as unchanged TOAST alone; values travel as PostgreSQL text and are
+cast by the server. The watermark row ``<control schema>.watermarks`` is written in the same
+transaction, so a crash leaves the batch applied with its watermark or neither: every change
+takes effect exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from airflow_provider_pgsync.apply.net import (
+    KeyValues,
+    NetStep,
+    Present,
+    RowChange,
+    Truncate,
+    Values,
+    is_keyed,
+    net_steps,
+    row_changes,
+)
+from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import ColumnInfo
+
+FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: OIDs below are the same everywhere
+
+_SESSION = (
+    "SET TimeZone = 'UTC'",
+    "SET DateStyle = 'ISO'",
+    "SET IntervalStyle = 'postgres'",
+    "SET extra_float_digits = 3",
+)
+
+
+class PostgresDestination(Destination):
+    """Applies changes to tables of the same schema and name in the database at ``conninfo``."""
+
+    def __init__(self, conninfo: str, *, name: str = "postgres", control_schema: str = "pgsync") -> None:
+        self.name = name
+        self.control_schema = control_schema
+        self._conn = psycopg.connect(conninfo, autocommit=True)
+        for statement in _SESSION:
+            self._conn.execute(statement)
+        self._types: dict[tuple[int, int], str] = {}
+        self._ensure_watermarks()
+
+    # ---- lifecycle
+
+    def open_table(self, table: TableRef, columns: Sequence[ColumnInfo], schema_version: int) -> None:
+        del schema_version  # the table's columns say everything this destination needs
+        keys = key_columns(columns) if is_keyed(columns) else []
+        items = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(self._type(c))) for c in columns]
+        if keys:
+            items.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, keys))))
+        with self._conn.transaction():
+            self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)))
+            self._conn.execute(
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                    table.identifier, sql.SQL(", ").join(items)
+                )
+            )
+
+    def watermark(self, table: TableRef) -> Key | None:
+        row = self._conn.execute(
+            sql.SQL("SELECT commit_lsn, seq FROM {} WHERE destination = %s AND table_key = %s").format(
+                self._watermarks
+            ),
+            (self.name, str(table)),
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def apply(
+        self, table: TableRef, columns: Sequence[ColumnInfo], changes: pa.RecordBatch, upto: Key
+    ) -> None:
+        try:
+            with self._conn.transaction():
+                if changes.num_rows:
+                    if is_keyed(columns):
+                        for step in net_steps(columns, changes):
+                            self._apply_step(table, columns, step)
+                    else:
+                        for change in row_changes(columns, changes):
+                            self._apply_row(table, columns, change)
+                self._conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
+                        " ON CONFLICT (destination, table_key)"
+                        " DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, seq = EXCLUDED.seq"
+                    ).format(self._watermarks),
+                    (self.name, str(table), upto[0], upto[1]),
+                )
+        except psycopg.Error as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} could not take a batch of changes up to "
+                f"commit LSN {upto[0]}: {exc.diag.message_primary or exc}. Nothing of the batch was "
+                "applied; fix the destination table (or rebaseline it) and run apply again"
+            ) from exc
+
+    def schema_changed(
+        self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
+    ) -> SchemaAnswer:
+        """Added columns are added, dropped ones dropped (Continue); a changed type or key
+        needs the table rebaselined."""
+        before = {c.name: c for c in old}
+        after = {c.name: c for c in new}
+        for name in before.keys() & after.keys():
+            a, b = before[name], after[name]
+            if (a.type_oid, a.type_modifier, a.is_key) != (b.type_oid, b.type_modifier, b.is_key):
+                return SchemaAnswer.REBASELINE
+        if [c.name for c in old if c.is_key] != [c.name for c in new if c.is_key]:
+            return SchemaAnswer.REBASELINE
+        with self._conn.transaction():
+            for column in new:
+                if column.name not in before:
+                    self._conn.execute(
+                        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                            table.identifier, sql.Identifier(column.name), sql.SQL(self._type(column))
+                        )
+                    )
+            for column in old:
+                if column.name not in after:
+                    self._conn.execute(
+                        sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
+                            table.identifier, sql.Identifier(column.name)
+                        )
+                    )
+        return SchemaAnswer.CONTINUE
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # ---- keyed tables: net effect in bulk
+
+    def _apply_step(self, table: TableRef, columns: Sequence[ColumnInfo], step: NetStep | Truncate) -> None:
+        if isinstance(step, Truncate):
+            self._conn.execute(sql.SQL("TRUNCATE {}").format(table.identifier))
+            return
+        keys = key_columns(columns)
+        present = list(step.present())
+        for key, state in present:  # before the deletes: the old rows still hold the values
+            if state.carry_from is not None:
+                self._carry(table, columns, key, state)
+        if step.deletes:
+            self._delete(table, columns, keys, step.deletes)
+        whole = [s.values for _, s in present if not s.unchanged]
+        if whole:
+            self._upsert(table, columns, keys, whole)
+        partial: dict[frozenset[str], list[Values]] = {}
+        for _, state in present:
+            if state.unchanged:
+                partial.setdefault(state.unchanged, []).append(state.values)
+        for unchanged, rows in partial.items():
+            self._update(table, columns, keys, unchanged, rows)
+
+    def _carry(self, table: TableRef, columns: Sequence[ColumnInfo], key: KeyValues, state: Present) -> None:
+        """Fill ``state``'s unchanged columns from the destination's row at ``carry_from``."""
+        assert state.carry_from is not None
+        keys = key_columns(columns)
+        wanted = sorted(state.unchanged)
+        row = self._conn.execute(
+            sql.SQL("SELECT {} FROM {} WHERE {}").format(
+                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in wanted),
+                table.identifier,
+                self._key_match(columns, keys),
+            ),
+            list(state.carry_from),
+        ).fetchone()
+        if row is None:
+            raise DestinationError(
+                f"destination {self.name}: table {table} has no row with key {state.carry_from}, whose "
+                f"unchanged values the row with key {key} keeps: the destination lost rows; rebaseline it"
+            )
+        state.values.update(zip(wanted, row, strict=True))
+        state.unchanged = frozenset()
+        state.carry_from = None
+
+    def _delete(
+        self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str], rows: list[KeyValues]
+    ) -> None:
+        self._conn.execute(
+            sql.SQL("DELETE FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
+                table.identifier,
+                sql.SQL(", ").join(map(sql.Identifier, keys)),
+                self._casts(columns, keys),
+                _unnest(len(keys)),
+            ),
+            [[row[i] for row in rows] for i in range(len(keys))],
+        )
+
+    def _upsert(
+        self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str], rows: list[Values]
+    ) -> None:
+        names = [c.name for c in columns]
+        others = [n for n in names if n not in keys]
+        self._conn.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
+                table.identifier,
+                sql.SQL(", ").join(map(sql.Identifier, names)),
+                self._casts(columns, names),
+                _unnest(len(names)),
+                sql.SQL(", ").join(map(sql.Identifier, keys)),
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n)) for n in others
+                ),
+            ),
+            [[row[n] for row in rows] for n in names],
+        )
+
+    def _update(
+        self,
+        table: TableRef,
+        columns: Sequence[ColumnInfo],
+        keys: list[str],
+        unchanged: frozenset[str],
+        rows: list[Values],
+    ) -> None:
+        """Update rows in place, leaving the ``unchanged`` columns as the destination has them."""
+        names = [c.name for c in columns if c.name not in unchanged]
+        others = [n for n in names if n not in keys]
+        if others:
+            count = self._conn.execute(
+                sql.SQL("UPDATE {} AS t SET {} FROM (SELECT {} FROM {}) AS v WHERE {}").format(
+                    table.identifier,
+                    sql.SQL(", ").join(
+                        sql.SQL("{} = v.{}").format(sql.Identifier(n), sql.Identifier(f"c{names.index(n)}"))
+                        for n in others
+                    ),
+                    self._casts(columns, names, aliases=True),
+                    _unnest(len(names)),
+                    sql.SQL(" AND ").join(
+                        sql.SQL("t.{} = v.{}").format(sql.Identifier(k), sql.Identifier(f"c{names.index(k)}"))
+                        for k in keys
+                    ),
+                ),
+                [[row[n] for row in rows] for n in names],
+            ).rowcount
+        else:
+            count = self._conn.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
+                    table.identifier,
+                    sql.SQL(", ").join(map(sql.Identifier, keys)),
+                    self._casts(columns, keys),
+                    _unnest(len(keys)),
+                ),
+                [[row[k] for row in rows] for k in keys],
+            ).fetchone()[0]  # type: ignore[index]
+        if count != len(rows):
+            raise DestinationError(
+                f"destination {self.name}: table {table} lacks {len(rows) - count} of {len(rows)} rows "
+                "that the source updated keeping unchanged TOAST values: the destination lost rows; "
+                "rebaseline it"
+            )
+
+    # ---- row-identity tables: change by change
+
+    def _apply_row(
+        self, table: TableRef, columns: Sequence[ColumnInfo], change: RowChange | Truncate
+    ) -> None:
+        if isinstance(change, Truncate):
+            self._conn.execute(sql.SQL("TRUNCATE {}").format(table.identifier))
+            return
+        names = [c.name for c in columns]
+        if change.old is not None:
+            deleted = self._conn.execute(
+                sql.SQL("DELETE FROM {0} WHERE ctid = (SELECT ctid FROM {0} WHERE {1} LIMIT 1)").format(
+                    table.identifier,
+                    sql.SQL(" AND ").join(
+                        sql.SQL("{}::text IS NOT DISTINCT FROM (%s::{})::text").format(
+                            sql.Identifier(c.name), sql.SQL(self._type(c))
+                        )
+                        for c in columns
+                    ),
+                ),
+                [change.old[n] for n in names],
+            ).rowcount
+            if deleted != 1:
+                raise DestinationError(
+                    f"destination {self.name}: table {table} has no row {change.old} that the source "
+                    f"{'updated' if change.op == 'U' else 'deleted'}: the destination lost rows; "
+                    "rebaseline it"
+                )
+        if change.new is not None:
+            self._conn.execute(
+                sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+                    table.identifier,
+                    sql.SQL(", ").join(map(sql.Identifier, names)),
+                    sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(self._type(c))) for c in columns),
+                ),
+                [change.new[n] for n in names],
+            )
+
+    # ---- helpers
+
+    @property
+    def _watermarks(self) -> sql.Composed:
+        return sql.SQL("{}.watermarks").format(sql.Identifier(self.control_schema))
+
+    def _ensure_watermarks(self) -> None:
+        with self._conn.transaction():
+            self._conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.control_schema))
+            )
+            self._conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (destination text, table_key text, commit_lsn numeric(20)"
+                    " NOT NULL, seq bigint NOT NULL, PRIMARY KEY (destination, table_key))"
+                ).format(self._watermarks)
+            )
+
+    def _type(self, column: ColumnInfo) -> str:
+        """The destination type of ``column``: the source's when built in, else ``text``."""
+        if column.type_oid >= FIRST_USER_OID:
+            return "text"
+        key = (column.type_oid, column.type_modifier)
+        if key not in self._types:
+            row = self._conn.execute("SELECT format_type(%s, %s)", key).fetchone()
+            self._types[key] = str(row[0]) if row and row[0] else "text"
+        return self._types[key]
+
+    def _casts(
+        self, columns: Sequence[ColumnInfo], names: list[str], *, aliases: bool = False
+    ) -> sql.Composed:
+        """``c0::type0, c1::type1, ...`` over the unnest's columns, for ``names`` in order."""
+        by_name = {c.name: c for c in columns}
+        items = []
+        for i, name in enumerate(names):
+            cast = sql.SQL("{}::{}").format(sql.Identifier(f"c{i}"), sql.SQL(self._type(by_name[name])))
+            items.append(sql.SQL("{} AS {}").format(cast, sql.Identifier(f"c{i}")) if aliases else cast)
+        return sql.SQL(", ").join(items)
+
+    def _key_match(self, columns: Sequence[ColumnInfo], keys: list[str]) -> sql.Composed:
+        by_name = {c.name: c for c in columns}
+        return sql.SQL(" AND ").join(
+            sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(by_name[k]))) for k in keys
+        )
+
+
+def _unnest(width: int) -> sql.Composed:
+    """``unnest(%s::text[], ...) AS u(c0, c1, ...)``: rows from one text array per column."""
+    return sql.SQL("unnest({}) AS u({})").format(
+        sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(width)),
+        sql.SQL(", ").join(sql.Identifier(f"c{i}") for i in range(width)),
+    )

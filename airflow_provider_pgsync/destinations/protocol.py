@@ -1,0 +1,69 @@
+"""The contract between apply and a destination (DESIGN.md §5).
+
+Lifecycle of one table in one destination:
+
+1. ``open_table(table, columns, schema_version)``: create what the table needs (idempotent);
+2. the baseline (written by the baseline job for the lake; later issues for the others);
+3. ``apply(table, changes, upto)``: a batch of changes in ``(commit_lsn, seq)`` order, in the
+   changelog's layout (``changelog/schema.py``: ``_op`` I/U/D/T, old keys, unchanged TOAST
+   names, values as PostgreSQL text), applied together with the watermark ``upto``: after
+   it returns, ``watermark(table)`` is ``upto``; a failure applies none of the batch;
+4. ``schema_changed(table, old, new)`` when the table's columns change: ``Continue`` (the
+   destination adapted, e.g. added a nullable column), ``Rebaseline`` or ``Error``;
+5. ``close()``.
+
+A destination is named (``name``); apply keeps no watermark of its own but asks the
+destination, so a destination that stores its watermark with its data (PostgreSQL) applies
+every change exactly once. ``airflow_provider_pgsync.testing.destination_kit`` drives any
+destination through this lifecycle without a source database.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import ColumnInfo
+
+
+class SchemaAnswer(enum.Enum):
+    """A destination's answer to a change of a table's columns."""
+
+    CONTINUE = "Continue"
+    REBASELINE = "Rebaseline"
+    ERROR = "Error"
+
+
+class Destination(ABC):
+    """Where apply writes a table's changes; see the module docstring for the lifecycle."""
+
+    name: str
+
+    @abstractmethod
+    def open_table(self, table: TableRef, columns: Sequence[ColumnInfo], schema_version: int) -> None:
+        """Make the table ready for ``columns`` (create it when missing); idempotent."""
+
+    @abstractmethod
+    def apply(
+        self, table: TableRef, columns: Sequence[ColumnInfo], changes: pa.RecordBatch, upto: Key
+    ) -> None:
+        """Apply ``changes`` (possibly none) and record ``upto`` as the watermark, all or nothing."""
+
+    @abstractmethod
+    def watermark(self, table: TableRef) -> Key | None:
+        """The key of the last change applied to ``table``; None before the first batch."""
+
+    @abstractmethod
+    def schema_changed(
+        self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
+    ) -> SchemaAnswer:
+        """Adapt to the table's new columns if possible, and say how apply goes on."""
+
+    def close(self) -> None:
+        """Release connections and sessions (default: nothing to release)."""
+        return None

@@ -1,0 +1,199 @@
+"""A test kit for destinations: drives one through its whole lifecycle from changes held in
+memory, without a source database, and checks it against a reference model.
+
+Use it from your destination's tests (pytest or any runner)::
+
+    from airflow_provider_pgsync.testing.destination_kit import Change, column, run_lifecycle
+
+    columns = [column("id", 23, key=True), column("note", 25)]
+    changes = [Change("I", {"id": "1", "note": "a"}), Change("U", {"id": "1", "note": "b"})]
+    run_lifecycle(my_destination, TableRef("public", "t"), columns, changes, read_rows=my_reader)
+
+``read_rows(table)`` returns the destination's rows as dicts of PostgreSQL text (None for
+NULL). Each change is one transaction: ``commit_lsn`` grows by 16 per change, ``seq`` is 1.
+Values are PostgreSQL text, as the changelog holds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.changelog.schema import (
+    COMMIT_LSN,
+    COMMIT_TS,
+    OP,
+    SEQ,
+    UNCHANGED,
+    XID,
+    key_columns,
+    old_key_column,
+    segment_schema,
+)
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import ColumnInfo
+
+Row = dict[str, str | None]
+
+
+def column(name: str, type_oid: int, *, key: bool = False, type_modifier: int = -1) -> ColumnInfo:
+    """A column as a Relation message describes it (``type_oid``: e.g. 23 int4, 25 text)."""
+    return ColumnInfo(name, type_oid, type_modifier, key)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: ``op`` I, U, D or T; ``values`` the new row (I, U) or the key (D);
+    ``old_key`` the old key of an UPDATE that changed it (or the whole old row of a
+    row-identity table); ``unchanged`` the columns sent as unchanged TOAST."""
+
+    op: str
+    values: Mapping[str, str | None] = field(default_factory=dict)
+    old_key: Mapping[str, str | None] | None = None
+    unchanged: Sequence[str] = ()
+    xid: int = 1000
+
+
+def change_batch(
+    columns: Sequence[ColumnInfo], changes: Sequence[Change], *, first_lsn: int
+) -> pa.RecordBatch:
+    """``changes`` in the changelog's layout, one transaction each from ``first_lsn`` on."""
+    schema = segment_schema(columns)
+    keys = key_columns(columns)
+    data: dict[str, list[object]] = {name: [] for name in schema.names}
+    for i, change in enumerate(changes):
+        data[OP].append(change.op)
+        data[COMMIT_LSN].append(first_lsn + 16 * i)
+        data[SEQ].append(1)
+        data[XID].append(change.xid)
+        data[COMMIT_TS].append(datetime(2026, 1, 1, tzinfo=UTC))
+        data[UNCHANGED].append(list(change.unchanged) or None)
+        for key in keys:
+            data[old_key_column(key)].append(
+                (change.old_key or {}).get(key) if change.op != "D" else change.values.get(key)
+            )
+        for c in columns:
+            value = (
+                None if c.name in change.unchanged or change.op in ("D", "T") else change.values.get(c.name)
+            )
+            data[c.name].append(value)
+    return pa.RecordBatch.from_pydict(data, schema=schema)
+
+
+class Model:
+    """The reference semantics (DESIGN §2 rules 6-8), change by change, in memory."""
+
+    def __init__(self, columns: Sequence[ColumnInfo]) -> None:
+        self.columns = list(columns)
+        self.rows: list[Row] = []
+
+    def apply(self, change: Change) -> None:
+        keys = key_columns(self.columns)
+        if change.op == "T":
+            self.rows.clear()
+            return
+        if change.op == "I":
+            self.rows.append({c.name: change.values.get(c.name) for c in self.columns})
+            return
+        old = dict(change.old_key) if change.old_key else {k: change.values.get(k) for k in keys}
+        index = next(
+            (i for i, row in enumerate(self.rows) if all(row[k] == old.get(k) for k in old)),
+            None,
+        )
+        if index is None:
+            raise AssertionError(f"the changes {change.op} a row that does not exist: {old}")
+        previous = self.rows.pop(index)
+        if change.op == "U":
+            self.rows.append(
+                {
+                    c.name: previous[c.name] if c.name in change.unchanged else change.values.get(c.name)
+                    for c in self.columns
+                }
+            )
+
+    def sorted_rows(self) -> list[Row]:
+        return sorted(self.rows, key=_order)
+
+
+def _order(row: Row) -> tuple[tuple[bool, str], ...]:
+    return tuple((v is None, v or "") for v in row.values())
+
+
+def run_lifecycle(
+    destination: Destination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    changes: Sequence[Change],
+    *,
+    read_rows: Callable[[TableRef], list[Row]],
+    batch_size: int = 4,
+    new_columns: Sequence[ColumnInfo] | None = None,
+    changes_after: Sequence[Change] = (),
+    first_lsn: int = 0x1000000,
+) -> list[Row]:
+    """Open the table, apply ``changes`` in batches of ``batch_size`` (checking the watermark
+    after each and that a re-run skips what is applied), compare with the model; then, with
+    ``new_columns``, announce the schema change and, on Continue, apply ``changes_after``.
+    Closes the destination; returns the final rows. Raises AssertionError on a difference."""
+    model = Model(columns)
+    destination.open_table(table, columns, 0)
+    lsn = _apply_all(destination, table, columns, changes, model, batch_size, first_lsn)
+    _compare(read_rows(table), model, "after the changes")
+    if new_columns is not None:
+        answer = destination.schema_changed(table, columns, new_columns)
+        if answer is SchemaAnswer.CONTINUE:
+            model = _reshaped(model, new_columns)
+            _apply_all(destination, table, new_columns, changes_after, model, batch_size, lsn)
+            _compare(read_rows(table), model, "after the schema change")
+    destination.close()
+    return model.sorted_rows()
+
+
+def _apply_all(
+    destination: Destination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    changes: Sequence[Change],
+    model: Model,
+    batch_size: int,
+    first_lsn: int,
+) -> int:
+    lsn = first_lsn
+    for start in range(0, len(changes), batch_size):
+        part = changes[start : start + batch_size]
+        batch = change_batch(columns, part, first_lsn=lsn)
+        upto: Key = (lsn + 16 * (len(part) - 1), 1)
+        watermark = destination.watermark(table)
+        if watermark is not None and watermark >= upto:
+            raise AssertionError(f"watermark {watermark} is already past a batch not applied yet ({upto})")
+        destination.apply(table, columns, batch, upto)
+        if destination.watermark(table) != upto:
+            raise AssertionError(
+                f"after a batch up to {upto} the watermark is {destination.watermark(table)}"
+            )
+        for change in part:
+            model.apply(change)
+        lsn += 16 * len(part)
+    return lsn
+
+
+def _reshaped(model: Model, columns: Sequence[ColumnInfo]) -> Model:
+    out = Model(columns)
+    out.rows = [{c.name: row.get(c.name) for c in columns} for row in model.rows]
+    return out
+
+
+def _compare(actual: list[Row], model: Model, when: str) -> None:
+    got = sorted(actual, key=_order)
+    want = model.sorted_rows()
+    if got != want:
+        missing = [r for r in want if r not in got]
+        extra = [r for r in got if r not in want]
+        raise AssertionError(
+            f"the destination differs from the model {when}: missing {missing}, extra {extra}"
+        )
