@@ -12,11 +12,13 @@ takes effect exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from airflow_provider_pgsync.apply.net import (
     KeyValues,
@@ -32,7 +34,7 @@ from airflow_provider_pgsync.apply.net import (
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
-from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.errors import ConfigError, DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 
@@ -47,7 +49,11 @@ _SESSION = (
 
 
 class PostgresDestination(Destination):
-    """Applies changes to tables of the same schema and name in the database at ``conninfo``."""
+    """Applies changes to tables of the same schema and name in the database at ``conninfo``.
+
+    In a pipeline's config: ``{"kind": "postgres", "conn_id": "<Airflow connection>",
+    "name": "postgres", "control_schema": "pgsync"}`` (``from_config``).
+    """
 
     def __init__(self, conninfo: str, *, name: str = "postgres", control_schema: str = "pgsync") -> None:
         self.name = name
@@ -57,6 +63,28 @@ class PostgresDestination(Destination):
             self._conn.execute(statement)
         self._types: dict[tuple[int, int], str] = {}
         self._ensure_watermarks()
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> PostgresDestination:
+        """The destination a pipeline config describes; the password comes from the connection."""
+        data = {k: v for k, v in config.items() if k != "kind"}
+        unknown = set(data) - {"conn_id", "name", "control_schema"}
+        if unknown or "conn_id" not in data:
+            raise ConfigError(
+                f"postgres destination {dict(config)!r}: needs conn_id (an Airflow connection) and takes "
+                "name and control_schema"
+                + (f"; unknown option(s) {', '.join(sorted(unknown))}" if unknown else "")
+            )
+        # imported here: the destination itself runs without Airflow (e.g. under the test kit)
+        from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+
+        hook = PgReplicationHook(postgres_conn_id=str(data["conn_id"]))
+        conninfo = make_conninfo(hook.libpq_target(), password=hook.connection.password or None)
+        return cls(
+            conninfo,
+            name=str(data.get("name", "postgres")),
+            control_schema=str(data.get("control_schema", "pgsync")),
+        )
 
     # ---- lifecycle
 
