@@ -7,6 +7,9 @@ a few set operations a destination can run in bulk: for every key touched, its f
 left unknown stays in the destination (an in-place update of the other columns) or, for a
 row whose key changed, is read from the destination's old row (``carry_from``).
 
+Most batches have no TRUNCATE, no key change and no unchanged TOAST: ``bulk_net`` computes
+their net effect in Arrow (the last change of each key wins) without a Python loop per row.
+
 Tables whose identity is the whole row (REPLICA IDENTITY FULL without a primary key: every
 column is a key column) may hold duplicate rows; they are applied change by change
 (``row_changes``) instead.
@@ -17,7 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_pgsync.changelog.schema import OP, UNCHANGED, key_columns, old_key_column
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -68,6 +73,54 @@ def is_keyed(columns: Sequence[ColumnInfo]) -> bool:
     """Whether rows have a key short of the whole row (else they are applied change by change)."""
     keys = key_columns(columns)
     return bool(keys) and len(keys) < len(columns)
+
+
+@dataclass(frozen=True)
+class BulkNet:
+    """A batch's net effect as Arrow tables of PostgreSQL text: ``deletes`` (key columns),
+    ``updates`` (whole rows of keys the destination has) and ``upserts`` (whole rows of keys
+    the batch inserted, which the destination may or may not have)."""
+
+    deletes: pa.Table
+    updates: pa.Table
+    upserts: pa.Table
+
+
+def bulk_net(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> BulkNet | None:
+    """The net effect of a keyed table's batch without TRUNCATE, key changes or unchanged
+    TOAST, computed in Arrow; None for any other batch (``net_steps`` takes those)."""
+    if not is_keyed(columns) or batch.num_rows == 0:
+        return None
+    names, keys = [c.name for c in columns], key_columns(columns)
+    ops = batch.column(OP)
+    if (
+        pc.any(pc.equal(ops, "T")).as_py()
+        or pc.any(pc.greater(pc.list_value_length(batch.column(UNCHANGED)), 0)).as_py()
+    ):
+        return None
+    updates = pc.equal(ops, "U")
+    if any(pc.any(pc.and_(updates, pc.is_valid(batch.column(old_key_column(k))))).as_py() for k in keys):
+        return None
+    # a DELETE carries its key in the old key columns, an INSERT or UPDATE in the row
+    key_values = {k: pc.coalesce(batch.column(old_key_column(k)), batch.column(k)) for k in keys}
+    position = pa.array(np.arange(batch.num_rows))
+    grouped = (
+        pa.table({**key_values, "_position": position, "_inserted": pc.equal(ops, "I")})
+        .group_by(keys, use_threads=False)
+        .aggregate([("_position", "max"), ("_inserted", "any")])
+    )
+    last = grouped.column("_position_max")
+    final_ops = pc.take(ops, last)
+    rows = pa.Table.from_batches([batch]).select(names).take(last)
+    deleted = pc.equal(final_ops, "D")
+    fresh = pc.or_(
+        pc.equal(final_ops, "I"), pc.and_(pc.equal(final_ops, "U"), grouped.column("_inserted_any"))
+    )
+    return BulkNet(
+        deletes=grouped.select(keys).filter(deleted),
+        updates=rows.filter(pc.and_(pc.invert(deleted), pc.invert(fresh))),
+        upserts=rows.filter(fresh),
+    )
 
 
 def net_steps(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[NetStep | Truncate]:

@@ -8,13 +8,12 @@ the caller records the returned phase.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_pgsync.baseline.handoff import visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import columns_of
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
@@ -44,9 +43,12 @@ def apply_table(
     table_state: TableState,
     destination: Destination,
     *,
-    batch_rows: int = 65536,
+    batch_rows: int = 1_000_000,
+    batch_bytes: int = 256 * 2**20,
 ) -> TableApplied:
-    """Hand ``destination`` every change of the table after its watermark.
+    """Hand ``destination`` every change of the table after its watermark, in batches of at
+    most ``batch_rows`` changes and about ``batch_bytes``, cut between transactions (a
+    transaction larger than that is split).
 
     A table in SyncDone gets only the changes of transactions its baseline snapshot did not
     see (the rest is in the base); it becomes Ready once capture has passed its
@@ -67,7 +69,10 @@ def apply_table(
         destination.open_table(table, versions.get(first, table_state.columns), first)
     applied = in_base = 0
     try:
-        for version, batch in changelog.read_changes(table, segments, after=watermark, batch_rows=batch_rows):
+        changes_read = changelog.read_changes(
+            table, segments, after=watermark, batch_rows=min(batch_rows, 65536)
+        )
+        for version, batch in _regroup(changes_read, batch_rows, batch_bytes):
             columns = versions[version]
             if known is not None and version != known:
                 answer = destination.schema_changed(table, versions.get(known, table_state.columns), columns)
@@ -109,6 +114,35 @@ def apply_table(
     return TableApplied(key, applied, in_base, watermark, new_phase)
 
 
+def _regroup(
+    batches: Iterator[tuple[int, pa.RecordBatch]], rows: int, size: int
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The changelog's batches joined up to ``rows`` changes or ``size`` bytes, each ending
+    with a whole transaction (unless one transaction alone is larger), one schema version each."""
+    pending: list[pa.RecordBatch] = []
+    pending_version = -1
+    for version, batch in batches:
+        if pending and version != pending_version:
+            yield pending_version, _joined(pending)
+            pending = []
+        pending.append(batch)
+        pending_version = version
+        if sum(b.num_rows for b in pending) >= rows or sum(b.nbytes for b in pending) >= size:
+            joined = _joined(pending)
+            lsn = joined.column(COMMIT_LSN).to_numpy(zero_copy_only=False)
+            cut = int(np.searchsorted(lsn, lsn[-1], side="left")) or joined.num_rows
+            yield version, joined.slice(0, cut)
+            pending = [joined.slice(cut)] if cut < joined.num_rows else []
+    if pending:
+        yield pending_version, _joined(pending)
+
+
+def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 def _columns_by_version(changelog: Changelog, segments: Sequence[SegmentInfo]) -> dict[int, list[ColumnInfo]]:
     out: dict[int, list[ColumnInfo]] = {}
     for seg in segments:
@@ -134,11 +168,17 @@ def _last_key(batch: pa.RecordBatch) -> Key:
 
 
 def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
-    """The changes of transactions the baseline snapshot did not see (rule 5)."""
-    xids = batch.column(XID).to_numpy(zero_copy_only=False)
-    seen = {int(x): visible_in_snapshot(int(x), done.xmin, done.xmax, done.xip) for x in np.unique(xids)}
-    keep = np.fromiter((not seen[int(x)] for x in xids), dtype=bool, count=len(xids))
-    return batch.filter(pa.array(keep))
+    """The changes of transactions the baseline snapshot did not see (rule 5), vectorised:
+    the 32-bit xids are widened to 64 bits next to the snapshot's xmax, as ``widen_xid`` does."""
+    xids = batch.column(XID).to_numpy(zero_copy_only=False).astype(np.int64)
+    full = (done.xmax & ~(_EPOCH - 1)) | (xids & (_EPOCH - 1))
+    full = np.where(full > done.xmax + _EPOCH // 2, full - _EPOCH, full)
+    full = np.where(full < done.xmax - _EPOCH // 2, full + _EPOCH, full)
+    visible = (full < done.xmin) | ((full < done.xmax) & ~np.isin(full, np.array(done.xip, dtype=np.int64)))
+    return batch.filter(pa.array(~visible))
+
+
+_EPOCH = 1 << 32
 
 
 def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:

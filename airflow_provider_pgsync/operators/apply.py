@@ -43,7 +43,8 @@ class PgApplyOperator(BaseOperator):
     :param postgres_conn_id: the source (where the state is locked or kept).
     :param state_backend: ``variables`` (default) or ``postgres``; :param state_conn_id: the
         control database (the source by default); :param state_schema: its schema.
-    :param batch_rows: the most changes handed to a destination at once.
+    :param batch_rows: the most changes handed to a destination at once; :param batch_bytes:
+        about the most bytes of changes held for one batch.
     """
 
     template_fields: Sequence[str] = ("pipeline", "changelog_uri", "destinations")
@@ -58,7 +59,8 @@ class PgApplyOperator(BaseOperator):
         state_backend: str = "variables",
         state_conn_id: str | None = None,
         state_schema: str = "pgsync",
-        batch_rows: int = 65536,
+        batch_rows: int = 1_000_000,
+        batch_bytes: int = 256 * 2**20,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -74,6 +76,7 @@ class PgApplyOperator(BaseOperator):
         self.state_conn_id = state_conn_id
         self.state_schema = state_schema
         self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
@@ -89,7 +92,12 @@ class PgApplyOperator(BaseOperator):
             try:
                 for key, table_state in state.tables.items():
                     result = apply_table(
-                        changelog, state, table_state, destination, batch_rows=self.batch_rows
+                        changelog,
+                        state,
+                        table_state,
+                        destination,
+                        batch_rows=self.batch_rows,
+                        batch_bytes=self.batch_bytes,
                     )
                     results[key].append(result)
                     self.log.info(
