@@ -12,7 +12,7 @@ from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
+from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
@@ -175,3 +175,38 @@ def test_a_failing_destination_errors_its_table_and_leaves_capture_alone(
     assert pipeline.slot_info().confirmed_flush_lsn == slot_before
     assert pipeline.state().segments == segments_before
     assert isinstance(pipeline.state().table("public.orders").phase, Errored)
+
+
+def _empty_baseline(pipeline: Pipeline, database: Database, table: str) -> None:
+    """The baseline of an empty table: nothing to copy, every later transaction applies."""
+    xmax, lsn = database.execute(
+        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
+    )[0]
+    done = SyncDone("00000003-00000002-1", LSN.parse(str(lsn)), int(str(xmax)), int(str(xmax)))
+    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, DataSync()))
+    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, done))
+
+
+def test_schema_changes_continue_or_send_the_table_back_to_baseline(
+    make_pipeline: MakePipeline, database: Database, replica: Database
+) -> None:
+    pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["public.items"])
+    _empty_baseline(pipeline, database, "public.items")
+    database.execute("INSERT INTO items VALUES (1, 'one'), (2, 'two')")
+    pipeline.capture_until_idle()
+    assert apply_all(pipeline, replica) == {"public.items": Ready()}
+
+    # a nullable column added: the replica adds it too and goes on
+    database.execute("ALTER TABLE items ADD COLUMN extra int")
+    database.execute("INSERT INTO items VALUES (3, 'three', 33)")
+    database.execute("UPDATE items SET extra = 11 WHERE id = 1")
+    pipeline.capture_until_idle()
+    assert apply_all(pipeline, replica) == {"public.items": Ready()}
+    assert rows(replica, "public.items") == rows(database, "public.items")
+
+    # a changed type: the table goes back through its baseline
+    database.execute("ALTER TABLE items ALTER COLUMN extra TYPE bigint")
+    database.execute("UPDATE items SET extra = 12 WHERE id = 1")
+    pipeline.capture_until_idle()
+    assert apply_all(pipeline, replica) == {"public.items": Init()}
+    assert pipeline.state().table("public.items").phase == Init()
