@@ -77,6 +77,18 @@ class WalPositions:
     insert: LSN
 
 
+# pgoutput sends values in the text output of the session that decodes them: the peek fixes
+# the settings that shape it, whatever the database's or the role's defaults are, so every
+# destination reads the same text (ISO dates, UTC offsets, exact floats, hex bytea)
+_TEXT_OUTPUT = (
+    "SET LOCAL TimeZone = 'UTC'",
+    "SET LOCAL DateStyle = 'ISO'",
+    "SET LOCAL IntervalStyle = 'postgres'",
+    "SET LOCAL extra_float_digits = 3",
+    "SET LOCAL bytea_output = 'hex'",
+)
+
+
 class PgReplicationHook(PostgresHook):
     """Logical replication from a PostgreSQL source through a pgoutput slot.
 
@@ -396,6 +408,8 @@ class PgReplicationHook(PostgresHook):
             raise ConfigError(f"protocol_version must be 1 or 2, not {protocol_version}")
         conn = self.connect(autocommit=False)
         try:
+            for setting in _TEXT_OUTPUT:
+                conn.execute(setting)
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
                 binary=True,

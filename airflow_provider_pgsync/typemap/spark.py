@@ -98,6 +98,8 @@ def spark_read(name: str, pgtype: PgType) -> ColumnRead:
         if pgtype.base == "timestamp":
             return ColumnRead(name, select, "timestamp_ntz_micros", "timestamp_ntz")
         return ColumnRead(name, select, "timestamp_micros", "timestamp")
+    if pgtype.base == "inet":  # inet's cast to text adds /32 to a host; abbrev() is its output
+        return ColumnRead(name, "abbrev({col})", "native", "string")
     return ColumnRead(name, "{col}::text", "native", "string")
 
 
@@ -194,7 +196,9 @@ def _array_read(name: str, pgtype: PgType) -> ColumnRead:
     if element.base in _JSON_SCALARS or (element.kind == "c" and not _holds_numeric(element)):
         return ColumnRead(name, "to_json({col})::text", "json", _json_type(pgtype))
     dims = max(pgtype.ndims, 1)
-    if element.base == "bpchar":  # JSON strings keep char(n)'s padding; a cast to text drops it
+    # JSON strings are the elements' text output: char(n) keeps its padding, which a cast to
+    # text drops, and inet has no netmask added to a host, which its cast to text adds
+    if element.base in ("bpchar", "inet"):
         return ColumnRead(name, "to_json({col})::text", "json", "array<" * dims + "string" + ">" * dims)
     return ColumnRead(name, "to_json({col}::text[])::text", "json", "array<" * dims + "string" + ">" * dims)
 
