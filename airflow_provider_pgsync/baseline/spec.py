@@ -19,7 +19,8 @@ class BaselineJobSpec:
     ``jdbc_url`` and ``conninfo`` (libpq) name the source without the password. ``query`` is
     the table as a subquery (``dbtable``) for Spark's JDBC source; ``arrow_query`` the same
     with the Arrow path's projections, or empty when that path is off or a column cannot take
-    it (``baseline/arrow_copy.py``). The job splits the table's ``blocks`` into ctid ranges of
+    it (``baseline/arrow_copy.py``). ``keys`` identify a row (none: the whole row does). The
+    job splits the table's ``blocks`` into ctid ranges of
     about ``target_partition_bytes`` of its ``table_bytes``, as many as fit its cluster's task
     slots; the ``session`` statements join every partition's connection to the snapshot.
     """
@@ -39,6 +40,7 @@ class BaselineJobSpec:
     rows_estimate: int = 0
     progress_seconds: float = 10.0
     arrow_query: str = ""
+    keys: tuple[str, ...] = ()
 
     @property
     def session_init(self) -> str:
@@ -54,6 +56,7 @@ class BaselineJobSpec:
         data["columns"] = tuple(ColumnRead(**c) for c in data["columns"])
         data["destinations"] = tuple(data["destinations"])
         data["session"] = tuple(data["session"])
+        data["keys"] = tuple(data.get("keys", ()))
         return cls(**data)
 
 

@@ -3,7 +3,8 @@
 Pure logic, shared by operators and Spark jobs. A table ``schema.name`` of the source is
 kept under ``<warehouse>/<database>/<schema>__<name>/``; its base versions are folders
 ``base/v<UTC time>-<random>`` and the catalog table ``<database>.<schema>__<name>__base``
-points at the current one. By default the catalog is Spark's Hive catalog on an embedded
+points at the current one; the view ``<database>.<schema>__<name>`` adds the changes apply
+wrote since (``lake_tables.py``). By default the catalog is Spark's Hive catalog on an embedded
 Derby metastore in ``<warehouse>/metastore_db`` (one process at a time: jobs take a file
 lock around their short catalog step); ``metastore="external"`` leaves the catalog to the
 Spark configuration (e.g. ``spark.hadoop.hive.metastore.uris``).

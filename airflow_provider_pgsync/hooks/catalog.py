@@ -124,6 +124,22 @@ def table_columns(
     return [(name, pgtype) for name, pgtype in found.items() if name in columns]
 
 
+def identity_columns(conn: psycopg.Connection[Any], table: TableRef) -> tuple[str, ...]:
+    """The columns that identify a row in logical replication: the primary key (REPLICA
+    IDENTITY DEFAULT) or the replica identity index, in index order; none for FULL or NOTHING."""
+    rows = conn.execute(
+        "SELECT a.attname::text FROM pg_class c"
+        " JOIN pg_index i ON i.indrelid = c.oid"
+        " AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident"
+        " ELSE false END"
+        " JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, position) ON true"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum"
+        " WHERE c.oid = %s ORDER BY k.position",
+        (relation_oid(conn, table),),
+    ).fetchall()
+    return tuple(r[0] for r in rows)
+
+
 def relation_oid(conn: psycopg.Connection[Any], table: TableRef) -> int:
     row = conn.execute(
         "SELECT c.oid::int8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"

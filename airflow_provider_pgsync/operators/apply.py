@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.errors import ConfigError
@@ -21,14 +22,13 @@ from airflow_provider_pgsync.state.store import update_state
 
 
 def open_destination(config: Mapping[str, Any]) -> Destination:
-    """The destination a pipeline config entry describes (``kind``: ``postgres``)."""
-    kind = config.get("kind")
+    """The destination a pipeline config entry describes (``kind``: ``lake`` or ``postgres``)."""
+    kind = config.get("kind", "lake")
     if kind == "postgres":
         return PostgresDestination.from_config(config)
-    raise ConfigError(
-        f"destination kind {kind!r} cannot be applied to yet; use 'postgres' "
-        "(the lake destination's merge-on-read apply is not built yet)"
-    )
+    if kind == "lake":
+        return LakeChanges.from_config(dict(config))
+    raise ConfigError(f"destination kind {kind!r} is unknown; use 'lake' or 'postgres'")
 
 
 class PgApplyOperator(BaseOperator):

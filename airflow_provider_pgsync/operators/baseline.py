@@ -19,7 +19,7 @@ from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
-from airflow_provider_pgsync.hooks.catalog import relation_size, table_columns
+from airflow_provider_pgsync.hooks.catalog import identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -210,6 +210,7 @@ class PgBaselineOperator(BaseOperator):
             rows_estimate=int(rows),
             progress_seconds=self.progress_seconds,
             arrow_query=arrow_query,
+            keys=identity_columns(conn, table.table),
         )
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:

@@ -32,7 +32,7 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import convert
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
-from airflow_provider_pgsync.spark.progress import Progress
+from airflow_provider_pgsync.spark.progress import Progress, log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
 
@@ -42,10 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="the job spec (JSON) written by PgBaselineOperator")
     parser.add_argument("--result", required=True, help="where to write the result (JSON)")
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("pgsync baseline: %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log_to_stderr("pgsync baseline")
     spec = BaselineJobSpec.from_json(Path(args.spec).read_text())
     result = run(spec)
     Path(args.result).write_text(result.to_json())
@@ -148,34 +145,52 @@ def _copy(
 ) -> tuple[list[dict[str, Any]], float]:
     """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
     table = TableRef.parse(spec.table)
-    writers = [LakeBaseWriter(spark, lake, table) for lake in lakes]
+    writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
     log.info("%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source")
-    for writer in writers:
-        writer.warm_up()
+    schema = base_schema(spec)
+    locations = [writer.new_location() for writer in writers]
+    for writer, location in zip(writers, locations, strict=True):
+        writer.warm_up(location, schema)
     rows = spark.sparkContext.accumulator(0)
     counter = (lambda: int(rows.value)) if fast else None
     with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
         if fast:
-            staged = [(writer, _copy_files(spark, spec, predicates, writer, rows)) for writer in writers]
+            staged = [
+                (writer, _copy_files(spark, spec, predicates, writer, location, schema, rows))
+                for writer, location in zip(writers, locations, strict=True)
+            ]
         else:
             df = read_source(spark, spec, predicates)
-            staged = [(writer, writer.stage(df)) for writer in writers]
+            staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
     published = time.monotonic()
-    written = []
+    written, swapped = [], 0.0
     for writer, base in staged:
         with writer.catalog():
             written.append(writer.publish(base))
-    return written, time.monotonic() - published
+            swapped = time.monotonic() - published  # the base is durable: what follows is clean-up
+            writer.clean_up()
+    return written, swapped
+
+
+def base_schema(spec: BaselineJobSpec) -> StructType:
+    """The Spark schema of the table's base (what the column reads produce)."""
+    ddl = ", ".join(f"`{r.name.replace('`', '``')}` {r.spark_type}" for r in spec.columns)
+    return cast(StructType, DataType.fromDDL(ddl))
 
 
 def _copy_files(
-    spark: SparkSession, spec: BaselineJobSpec, predicates: list[str], writer: LakeBaseWriter, rows: Any
+    spark: SparkSession,
+    spec: BaselineJobSpec,
+    predicates: list[str],
+    writer: LakeBaseWriter,
+    location: str,
+    schema: StructType,
+    rows: Any,
 ) -> StagedBase:
     """The Arrow path: one Spark task per partition streams its ctid range into a Parquet file."""
     # imported here: only this path needs ADBC
     from airflow_provider_pgsync.baseline.arrow_copy import copy_partition, copy_sql
 
-    location = writer.new_location()
     writer.make_location(location)
     conninfo = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
     session, reads = spec.session, list(spec.columns)
@@ -194,8 +209,7 @@ def _copy_files(
     except Exception:
         writer.discard(location)  # no reader ever saw it; leave nothing half-written behind
         raise
-    schema = ", ".join(f"`{r.name.replace('`', '``')}` {r.spark_type}" for r in reads)
-    return writer.stage_files(location, total, cast(StructType, DataType.fromDDL(schema)))
+    return writer.stage_files(location, total, schema)
 
 
 def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str]) -> DataFrame:

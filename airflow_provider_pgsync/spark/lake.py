@@ -1,17 +1,20 @@
 """The lake destination inside a Spark job: a new base version written aside, then swapped in.
 
-Readers use the catalog table ``<database>.<schema>__<name>__base``; a new base is written
-to a fresh versioned folder and the table is pointed at it in one metastore operation
-(``ALTER TABLE ... SET LOCATION``), so a reader sees the old base or the new one, never a
-part. When the columns changed the table is dropped and created again inside the same
-metastore lock. Older versions are removed after the swap, keeping the previous one for
-queries that are still reading it.
+A new base (from a baseline or a compaction) is written to a fresh versioned folder, then
+made current: the table's next generation (``destinations/lake_tables.py``) is published,
+its lineage gets its changes table, and the view ``<database>.<schema>__<name>`` is
+replaced by one reading the new base and the segments after its watermark, one metastore
+operation, so a reader sees the old state or the new one, never a part. The catalog table
+``<database>.<schema>__<name>__base`` is pointed at the new base too (``ALTER TABLE ... SET
+LOCATION``; dropped and created again when the columns changed). Older versions are removed
+after the swap, keeping the previous one for queries that are still reading it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import threading
 import time
 import uuid
@@ -24,10 +27,25 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
+from airflow_provider_pgsync.destinations.lake_files import LakeFiles
+from airflow_provider_pgsync.destinations.lake_tables import (
+    RECORD_FIELDS,
+    LakeTableMeta,
+    changes_dir,
+    changes_table,
+    merge_sql,
+    quote,
+    view_name,
+)
 from airflow_provider_pgsync.source.names import TableRef
 
 log = logging.getLogger("pgsync.spark")
+
+# Derby folders whose metastore a ``catalog()`` block of this process holds: catalog steps of
+# other tables inside that block use it as it is (no second lock, no shutdown in between)
+_HELD: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -50,23 +68,30 @@ class StagedBase:
 
 
 class LakeBaseWriter:
-    """Writes one table's base into the lake destination ``destination``."""
+    """Writes one table's base into the lake destination ``destination``; ``keys`` are the
+    table's key columns (none: the whole row is its identity)."""
 
-    def __init__(self, spark: SparkSession, destination: LakeDestination, table: TableRef) -> None:
-        self.spark, self.destination, self.table = spark, destination, table
+    def __init__(
+        self, spark: SparkSession, destination: LakeDestination, table: TableRef, keys: tuple[str, ...] = ()
+    ) -> None:
+        self.spark, self.destination, self.table, self.keys = spark, destination, table, keys
         self.name = destination.base_table(table)
+        self.files = LakeFiles(destination)
         self._lock: IO[str] | None = None
         self._warming: threading.Thread | None = None
         self._view: CatalogView | None = None
+        self._upcoming: tuple[str, StructType] | None = None  # the base being written, for warm_up
+        self._ready_lineage: str | None = None  # whose changes table exists already
+        self._cleanup: tuple[set[str | None], set[str] | None] | None = None
 
     def new_location(self) -> str:
         """A fresh version folder for the next base (nothing reads it until it is swapped in)."""
         version = f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
         return f"{self.destination.table_dir(self.table)}/base/{version}"
 
-    def stage(self, df: DataFrame) -> StagedBase:
-        """Write ``df`` as the next base with Spark's Parquet writer."""
-        location = self.new_location()
+    def stage(self, df: DataFrame, location: str | None = None) -> StagedBase:
+        """Write ``df`` as the next base (at ``location``, else a new one) with Spark's Parquet writer."""
+        location = location or self.new_location()
         counted = Observation("pgsync_rows")
         writer = df.observe(counted, F.count(F.lit(1)).alias("rows")).write.mode("errorifexists")
         # Dictionary pages of 64 kB instead of 1 MB: columns with few distinct values keep their
@@ -97,16 +122,20 @@ class LakeBaseWriter:
         path = jvm.org.apache.hadoop.fs.Path(location)
         return path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()), path
 
-    def warm_up(self) -> None:
+    def warm_up(self, location: str | None = None, schema: StructType | None = None) -> None:
         """Start the catalog (Spark's Hive client, seconds of work) and read what it holds for
-        the table while the data is written, so the swap itself is one metastore operation.
+        the table while the data is written, so the swap itself is one metastore operation;
+        given the ``location`` and ``schema`` of the base being written, also create the
+        changes table of its lineage.
 
         An embedded Derby metastore admits one process at a time: when it is free now, this
         job holds it from here to the end of its swap (nobody else can change the table in
         between); when another job holds it, nothing is started and the swap waits for it
         instead (``catalog``).
         """
-        if self._derby_folder() is not None and not self._try_lock():
+        self._upcoming = (location, schema) if location is not None and schema is not None else None
+        local = self._derby_folder()
+        if local is not None and local not in _HELD and not self._try_lock():
             return
         self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
         self._warming.start()
@@ -115,6 +144,12 @@ class LakeBaseWriter:
         try:
             if self._lock is not None:  # nobody can change the table before the swap
                 self._view = self._read_view()
+                if self._upcoming is not None:  # a lineage that is not current yet: nobody reads it
+                    location, schema = self._upcoming
+                    if not self._view.database_exists:
+                        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
+                        self._view = CatalogView(True, None, None)
+                    self._changes_table(str(_version(location)), schema.jsonValue()["fields"])
             else:  # a shared metastore: read the table at the swap, just start the client now
                 self.spark.catalog.databaseExists(self.destination.database)
         except Exception as exc:  # the swap reports it, with the lock held properly
@@ -130,20 +165,23 @@ class LakeBaseWriter:
 
     @contextmanager
     def catalog(self) -> Iterator[None]:
-        """Exclusive use of an embedded Derby metastore (one process at a time), released at exit."""
+        """Exclusive use of an embedded Derby metastore (one process at a time), released at
+        exit; inside another table's ``catalog()`` block of this process, that block's."""
         if self._warming is not None:
             self._warming.join()
         local = self._derby_folder()
-        if local is None:
+        if local is None or local in _HELD:
             yield
             return
         if self._lock is None and not self._try_lock():
             log.info("waiting for the Derby metastore in %s (another job or spark-sql holds it)", local)
             self._lock = open(f"{local}/.metastore.lock", "a")  # noqa: SIM115 (closed in finally)
             fcntl.flock(self._lock, fcntl.LOCK_EX)
+        _HELD.add(local)
         try:
             yield
         finally:
+            _HELD.discard(local)
             try:
                 _shutdown_derby(self.spark)
             finally:
@@ -155,6 +193,7 @@ class LakeBaseWriter:
         local = self.destination.local_path
         if self.destination.metastore != "derby" or local is None:
             return None
+        os.makedirs(local, exist_ok=True)  # a new warehouse: its lock file and metastore go here
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         # Derby writes its log where the process runs unless told otherwise
@@ -174,8 +213,11 @@ class LakeBaseWriter:
         self._lock = lock
         return True
 
-    def publish(self, staged: StagedBase) -> dict[str, Any]:
-        """Point the catalog table at ``staged``; returns what was written, for the job's report."""
+    def publish(
+        self, staged: StagedBase, *, lineage: str | None = None, watermark: Key | None = None
+    ) -> dict[str, Any]:
+        """Make ``staged`` the table's current base: holding every change up to ``watermark`` of
+        ``lineage`` (a compaction), or a new lineage (a baseline). Returns what was written."""
         view = self._view or self._read_view()
         self._view = None  # read once per swap
         if not view.database_exists:
@@ -190,8 +232,87 @@ class LakeBaseWriter:
                 self._create(staged.location)
         else:
             self._create(staged.location)
-        self._remove_versions(keep={_version(staged.location), _version(previous)})
-        return {"kind": "lake", "table": self.name, "location": staged.location, "rows": staged.rows}
+        before = self.files.current(self.table)
+        meta = LakeTableMeta(
+            number=before.number + 1 if before is not None else 1,
+            base=staged.location,
+            lineage=lineage or str(_version(staged.location)),
+            watermark=watermark,
+            schema=staged.schema.jsonValue(),
+            # a key that is the whole row identifies nothing more than the row: rows are counted
+            keys=self.keys if len(self.keys) < len(staged.schema.fields) else (),
+        )
+        self._open_generation(meta, before)
+        rebaselined = before is not None and before.lineage != meta.lineage
+        self._cleanup = (
+            {_version(staged.location), _version(previous)},
+            {meta.lineage, before.lineage} if rebaselined and before is not None else None,
+        )
+        return {
+            "kind": "lake",
+            "table": self.name,
+            "view": view_name(self.destination, self.table),
+            "location": staged.location,
+            "rows": staged.rows,
+        }
+
+    def _open_generation(self, meta: LakeTableMeta, before: LakeTableMeta | None) -> None:
+        """Publish ``meta``, give its lineage a changes table, then swap the view (what readers see)."""
+        self.files.write_meta(self.table, meta)
+        if self._ready_lineage != meta.lineage:
+            self._changes_table(meta.lineage, meta.schema["fields"])
+        query = merge_sql(
+            base=f"parquet.{quote(meta.base)}",
+            changes=changes_table(self.destination, self.table, meta.lineage),
+            columns=meta.columns,
+            keys=meta.keys,
+            after=meta.watermark,
+        )
+        self.spark.sql(f"CREATE OR REPLACE VIEW {view_name(self.destination, self.table)} AS {query}")
+
+    def clean_up(self) -> None:
+        """After a swap: remove base versions and segment lineages that no view reads any more
+        (the previous ones stay for queries still reading them)."""
+        if self._cleanup is None:
+            return
+        versions, lineages = self._cleanup
+        self._cleanup = None
+        if lineages is not None:
+            self._remove_lineages(keep=lineages)
+        self._remove_versions(keep=versions)
+
+    def _changes_table(self, lineage: str, columns: list[dict[str, Any]]) -> None:
+        """The lineage's changes table over its folder, created or given new ``columns``
+        (fields of a Spark schema's JSON)."""
+        name = changes_table(self.destination, self.table, lineage)
+        fields = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in RECORD_FIELDS]
+        schema = StructType.fromJson({"type": "struct", "fields": [*fields, *columns]})
+        if not self.spark.catalog.tableExists(name):
+            location = changes_dir(self.destination, self.table, lineage)
+            self.make_location(location)
+            self.spark.catalog.createTable(name, path=location, source="parquet", schema=schema)
+        else:
+            have = {f.name for f in self.spark.table(name).schema.fields}
+            missing = [f for f in schema.fields if f.name not in have]
+            if missing:
+                added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
+                self.spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({added})")
+        self._ready_lineage = lineage
+
+    def _remove_lineages(self, keep: set[str]) -> None:
+        """Drop the changes tables and segments of lineages no view reads any more."""
+        kept = {changes_table(self.destination, self.table, lineage).split(".", 1)[1] for lineage in keep}
+        prefix = f"{catalog_name(self.table)}__changes_"
+        database = self.destination.database
+        for row in self.spark.sql(f"SHOW TABLES IN {database} LIKE {_literal(prefix + '*')}").collect():
+            if row.tableName not in kept:
+                log.info("dropping %s.%s (an older lineage)", database, row.tableName)
+                self.spark.sql(f"DROP TABLE IF EXISTS {database}.{quote(row.tableName)}")
+        fs, folder = self._filesystem(f"{self.destination.table_dir(self.table)}/changes")
+        if fs.exists(folder):
+            for status in fs.listStatus(folder):
+                if status.getPath().getName() not in keep:
+                    fs.delete(status.getPath(), True)
 
     def _create(self, location: str) -> None:
         self.spark.sql(f"CREATE TABLE {self.name} USING parquet LOCATION {_literal(location)}")

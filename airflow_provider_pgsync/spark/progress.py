@@ -1,9 +1,11 @@
-"""Progress of a running Spark job as task-log lines: partitions done / total, rows, rows/s."""
+"""Progress of a running Spark job as task-log lines: partitions done / total, rows, rows/s;
+and where a job's log lines go."""
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import urllib.request
@@ -13,6 +15,14 @@ from typing import Any
 from pyspark import SparkContext
 
 log = logging.getLogger("pgsync.spark")
+
+
+def log_to_stderr(prefix: str) -> None:
+    """Send the job's log lines to stderr, where spark-submit's caller (the task log) reads them."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
 
 
 class Progress:

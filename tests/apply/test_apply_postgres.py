@@ -9,6 +9,7 @@ from psycopg import sql
 from airflow_provider_pgsync.apply.run import apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState
@@ -27,18 +28,21 @@ DDL = [
 TABLES = ["public.orders", "public.events"]
 
 
+def column_names(database: Database, table: str) -> list[str]:
+    with database.connect() as conn:
+        found = conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+            " AND NOT attisdropped ORDER BY attnum",
+            (table,),
+        ).fetchall()
+    return [r[0] for r in found]
+
+
 def rows(database: Database, table: str) -> list[tuple[str | None, ...]]:
     """The table's rows as text, sorted (a multiset for tables without a key)."""
+    names = column_names(database, table)
     with database.connect() as conn:
         conn.execute("SET TimeZone = 'UTC'")
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
-                " AND NOT attisdropped ORDER BY attnum",
-                (table,),
-            ).fetchall()
-        ]
         query = sql.SQL("SELECT {} FROM {}").format(
             sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names),
             TableRef.parse(table).identifier,
@@ -60,8 +64,12 @@ def copy_base(source: psycopg.Connection, replica: Database, table: str) -> None
 
 def apply_all(pipeline: Pipeline, replica: Database) -> dict[str, object]:
     """One apply run of every table into the replica; records the phases; returns them."""
+    return apply_into(pipeline, PostgresDestination(replica.conninfo, name="replica"))
+
+
+def apply_into(pipeline: Pipeline, destination: Destination) -> dict[str, object]:
+    """One apply run of every table into ``destination`` (closed after); records the phases."""
     state = pipeline.state()
-    destination = PostgresDestination(replica.conninfo, name="replica")
     try:
         results = {
             key: apply_table(Changelog(pipeline.settings.changelog_uri), state, ts, destination, batch_rows=7)

@@ -242,6 +242,8 @@ def test_rebaseline_swaps_the_base_and_keeps_the_previous_version(
     third = run_baseline("public.items", rebaseline=True)
     assert third["rows"] == 200
     assert _versions(lake) == {_version(second), _version(third)}, "only current + previous are kept"
+    lineages = {p.name for p in (lake / "pgsync" / "public__items" / "changes").iterdir()}
+    assert lineages == {_version(second), _version(third)}, "segments of older lineages are removed"
     assert _catalog(lake, tmp_path) == (200, third["written"][0]["location"])
 
 

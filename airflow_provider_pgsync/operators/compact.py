@@ -1,0 +1,97 @@
+"""PgCompactOperator: fold the lake's segments into new base versions with a Spark job."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.source.names import TableRef
+
+_SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
+
+
+class PgCompactOperator(BaseOperator):
+    """Compact the lake tables ``tables`` of the lake destination ``destination``: each table's
+    base and the segments apply wrote after it become the next base version, swapped in
+    atomically (``spark/compact_job.py``). Running it again without new segments changes nothing.
+
+    :param tables: ``"schema.table"`` names. :param destination: the lake destination config
+        (``{"kind": "lake", ...}``, the default lake when omitted).
+    :param spark_conn_id, spark_conf, spark_submit_options: as for ``PgBaselineOperator``.
+    """
+
+    template_fields: Sequence[str] = ("tables", "destination")
+
+    def __init__(
+        self,
+        *,
+        tables: Sequence[str],
+        destination: Mapping[str, Any] | None = None,
+        spark_conn_id: str = "spark_default",
+        spark_conf: Mapping[str, Any] | None = None,
+        spark_submit_options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not tables:
+            raise ConfigError("PgCompactOperator needs at least one table")
+        self.tables = list(tables)
+        self.destination = dict(destination or {"kind": "lake"})
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.spark_submit_options = dict(spark_submit_options or {})
+        self._submit: BaselineSubmitHook | None = None
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        if self.destination.get("kind", "lake") != "lake":
+            raise ConfigError(f"PgCompactOperator compacts lake destinations, not {self.destination!r}")
+        lake = LakeDestination.from_config(self.destination)
+        tables = [str(TableRef.parse(t)) for t in self.tables]
+        conf = {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
+            **{k: str(v) for k, v in self.spark_conf.items()},
+        }
+        with tempfile.TemporaryDirectory(prefix="pgsync-compact-") as work:
+            spec_path, result_path = Path(work, "spec.json"), Path(work, "result.json")
+            spec_path.write_text(json.dumps({"destination": lake.to_config(), "tables": tables}))
+            self._submit = BaselineSubmitHook(
+                conn_id=self.spark_conn_id,
+                conf=conf,
+                name="pgsync-compaction",
+                application_args=["--spec", str(spec_path), "--result", str(result_path)],
+                env_vars={"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()},
+                **{"driver_memory": "2g", **self.spark_submit_options},
+            )
+            try:
+                self._submit.submit(str(_SPARK_DIR / "compact_job.py"))
+            finally:
+                results = json.loads(result_path.read_text()) if result_path.exists() else None
+        if results is None:
+            raise DestinationError("the compaction job ended without a result; see the log above")
+        for result in results:
+            if "error" in result:
+                self.log.error("compaction of %s failed: %s", result["table"], result["error"])
+            else:
+                self.log.info(
+                    "compaction of %s: %d segment(s) folded%s",
+                    result["table"],
+                    result["segments"],
+                    f", {result['rows']:,} rows in {result['location']}" if result["segments"] else "",
+                )
+        failed = [r["table"] for r in results if "error" in r]
+        if failed:
+            raise DestinationError(f"compaction failed for {', '.join(failed)}; see the log above")
+        return list(results)
+
+    def on_kill(self) -> None:
+        if self._submit is not None:
+            self._submit.on_kill()

@@ -1,0 +1,131 @@
+"""The lake's compaction Spark job: each table's lake segments folded into its next base.
+
+Run by ``PgCompactOperator`` through spark-submit::
+
+    compact_job.py --spec spec.json --result result.json
+
+For each table: the base plus the segments after its watermark are merged (the view's own
+SQL) into a new base version, which is swapped in with its watermark in one view
+replacement (``spark/lake.py``). A table with no new segment is left as it is, so a second
+run in a row changes nothing. Segments folded into the previous base are removed once no
+view reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake_files import LakeFiles
+from airflow_provider_pgsync.destinations.lake_tables import RECORD_FIELDS, merge_sql
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.convert import column_ref
+from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from airflow_provider_pgsync.spark.progress import log_to_stderr
+
+log = logging.getLogger("pgsync.spark")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="pgsync lake compaction")
+    parser.add_argument("--spec", required=True, help='{"destination": {...}, "tables": [...]} (JSON)')
+    parser.add_argument("--result", required=True, help="where to write the result (JSON)")
+    args = parser.parse_args(argv)
+    log_to_stderr("pgsync compaction")
+    spec = json.loads(Path(args.spec).read_text())
+    lake = LakeDestination.from_config(spec["destination"])
+    builder = SparkSession.builder.appName("pgsync compaction")
+    for key, value in lake.spark_conf().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        results = compact(spark, lake, [TableRef.parse(t) for t in spec["tables"]])
+    finally:
+        spark.stop()
+    Path(args.result).write_text(json.dumps(results))
+    return 0 if all("error" not in r for r in results) else 1
+
+
+def compact(spark: SparkSession, lake: LakeDestination, tables: Sequence[TableRef]) -> list[dict[str, Any]]:
+    """Compact each of ``tables``; a table that fails is reported and the others go on.
+
+    An embedded Derby metastore is held from the first table to the last (its engine cannot
+    restart inside one process); a shared metastore is used table by table.
+    """
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    if not tables:
+        return []
+    with LakeBaseWriter(spark, lake, tables[0]).catalog():
+        return [_compact_one(spark, lake, table) for table in tables]
+
+
+def _compact_one(spark: SparkSession, lake: LakeDestination, table: TableRef) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        result = compact_table(spark, lake, table)
+    except Exception as exc:
+        log.error("%s: compaction failed: %s", table, exc)
+        return {"table": str(table), "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -> dict[str, Any]:
+    """Fold the table's segments after its watermark into a new base version."""
+    files = LakeFiles(lake)
+    meta = files.current(table)
+    if meta is None:
+        raise ValueError(f"lake table {table} has no base yet: run its baseline first")
+    pending = [(k, p) for k, p in files.segments(table, meta) if meta.watermark is None or k > meta.watermark]
+    if not pending:
+        log.info("%s: no segment after the base's watermark, nothing to compact", table)
+        return {"table": str(table), "segments": 0, "location": meta.base}
+    upto = pending[-1][0]
+    writer = LakeBaseWriter(spark, lake, table, meta.keys)
+    changes = spark.read.option("mergeSchema", "true").parquet(*(files.location(p) for _, p in pending))
+    reserved = {name for name, _ in RECORD_FIELDS}
+    added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in reserved]
+    base: DataFrame = spark.read.schema(StructType.fromJson(meta.schema)).parquet(meta.base)
+    base = base.select(
+        *(column_ref(c) for c in meta.columns), *(F.lit(None).cast(f.dataType).alias(f.name) for f in added)
+    )
+    base.createOrReplaceTempView("pgsync_base")
+    changes.createOrReplaceTempView("pgsync_changes")
+    columns = [*meta.columns, *(f.name for f in added)]
+    merged = spark.sql(
+        merge_sql(
+            base="pgsync_base",
+            changes="pgsync_changes",
+            columns=columns,
+            keys=meta.keys,
+            after=meta.watermark,
+            upto=upto,
+        )
+    )
+    log.info("%s: folding %d segment(s) into a new base", table, len(pending))
+    staged = writer.stage(merged)
+    with writer.catalog():
+        written = writer.publish(staged, lineage=meta.lineage, watermark=upto)
+        writer.clean_up()
+    if meta.watermark is not None:  # the previous view read the segments after it, no view reads these
+        for key, path in files.segments(table, meta):
+            if key <= meta.watermark:
+                files.remove(path)
+    log.info("%s: %s rows in the new base %s", table, f"{staged.rows:,}", staged.location)
+    return {**written, "table": str(table), "segments": len(pending), "watermark": list(upto)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

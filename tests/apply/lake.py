@@ -1,0 +1,100 @@
+"""Helpers of lake tests: real baselines (spark-submit), apply into the lake, and reading its
+views from a Spark session or the ``spark-sql`` command in processes of their own (a session
+here would keep the embedded Derby metastore open)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
+from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+from airflow_provider_pgsync.hooks.spark_submit import driver_environment
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+from airflow_provider_pgsync.source.names import TableRef
+from tests.apply.test_apply_postgres import apply_into, column_names
+from tests.capture.conftest import Pipeline
+from tests.conftest import Database
+
+SESSION = Path(__file__).with_name("lake_session.py")
+
+
+def baseline(
+    pipeline: Pipeline, source_conn_id: str, tables: list[str], *, meanwhile: Callable[[], None] | None = None
+) -> None:
+    """Real baselines (spark-submit) of ``tables`` into the test's lake, all at once, while
+    ``meanwhile`` runs (e.g. a writer)."""
+
+    def run(table: str) -> None:
+        PgBaselineOperator(
+            task_id="baseline",
+            pipeline=pipeline.name,
+            table=table,
+            postgres_conn_id=source_conn_id,
+            state_backend="postgres",
+            progress_seconds=2,
+        ).execute({"ti": None})  # type: ignore[typeddict-item]
+
+    with ThreadPoolExecutor(len(tables)) as pool:
+        running = [pool.submit(run, t) for t in tables]
+        if meanwhile is not None:
+            meanwhile()
+        for future in running:
+            future.result()
+
+
+def apply_lake(pipeline: Pipeline, lake: Path) -> dict[str, object]:
+    return apply_into(pipeline, LakeChanges(LakeDestination.from_config({"warehouse": str(lake)})))
+
+
+def view_query(database: Database, table: str) -> str:
+    """The table's view with every column as text, as ``rows`` reads the source."""
+    columns = ", ".join(f"CAST(`{n}` AS STRING)" for n in column_names(database, table))
+    return f"SELECT {columns} FROM pgsync.{catalog_name(TableRef.parse(table))}"  # noqa: S608 (test names)
+
+
+def lake_session(lake: Path, steps: list[dict[str, Any]]) -> list[Any]:
+    """Run ``steps`` in one Spark session on the lake (``lake_session.py``); their results."""
+    env = {**os.environ, **driver_environment()}
+    done = subprocess.run(
+        [sys.executable, str(SESSION), str(lake), json.dumps(steps)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return list(json.loads(line[len("RESULT ") :]))
+
+
+def sort_rows(found: list[list[str | None]]) -> list[tuple[str | None, ...]]:
+    return sorted((tuple(r) for r in found), key=lambda r: tuple((v is None, v or "") for v in r))
+
+
+def spark_sql(lake: Path, query: str) -> list[str]:
+    """``query`` run by the ``spark-sql`` command on the lake; the words of its output."""
+    conf = LakeDestination.from_config({"warehouse": str(lake)}).spark_conf()
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "spark-sql"),
+            *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")),
+            "-e",
+            query,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **driver_environment()},
+        cwd=lake,  # where Derby writes its derby.log
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()

@@ -1,0 +1,623 @@
+"""PostgreSQL text output turned into Arrow arrays of the lake's Spark types (pure logic)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_provider_pgsync.destinations.lake_values import (
+    spark_arrow_type,
+    spark_schema_to_arrow,
+    text_to_arrow,
+)
+from airflow_provider_pgsync.errors import ConfigError, DestinationError
+
+WHAT = "column 'price' of table public.orders"
+TS_UTC = pa.timestamp("us", tz="UTC")
+TS_NTZ = pa.timestamp("us")
+HSTORE = pa.map_(pa.string(), pa.string())
+
+
+def convert(values: Sequence[str | None], target: pa.DataType) -> list[Any]:
+    """Convert, check the exact result type, and return the Python values."""
+    result = text_to_arrow(pa.array(values, pa.string()), target, what=WHAT)
+    assert result.type == target
+    assert len(result) == len(values)
+    return result.to_pylist()
+
+
+def rejected(values: Sequence[str | None], target: pa.DataType) -> str:
+    """The message of the DestinationError converting ``values`` raises; it names the column."""
+    with pytest.raises(DestinationError) as info:
+        text_to_arrow(pa.array(values, pa.string()), target, what=WHAT)
+    message = str(info.value)
+    assert message.startswith(WHAT)
+    assert ": value " in message
+    return message
+
+
+# ---- spark_arrow_type ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spark", "arrow"),
+    [
+        ("byte", pa.int8()),
+        ("short", pa.int16()),
+        ("integer", pa.int32()),
+        ("long", pa.int64()),
+        ("float", pa.float32()),
+        ("double", pa.float64()),
+        ("boolean", pa.bool_()),
+        ("binary", pa.binary()),
+        ("string", pa.string()),
+        ("date", pa.date32()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestamp_ntz", pa.timestamp("us")),
+        ("decimal(10,2)", pa.decimal128(10, 2)),
+        ("decimal(38,18)", pa.decimal128(38, 18)),
+        ("decimal(5, 0)", pa.decimal128(5, 0)),
+        ("decimal", pa.decimal128(10, 0)),
+    ],
+)
+def test_simple_spark_types(spark: str, arrow: pa.DataType) -> None:
+    assert spark_arrow_type(spark) == arrow
+
+
+def test_array_type_is_a_list_of_its_element_type() -> None:
+    spark = {"type": "array", "elementType": "integer", "containsNull": False}
+    assert spark_arrow_type(spark) == pa.list_(pa.int32())
+
+
+def test_nested_array_type() -> None:
+    inner = {"type": "array", "elementType": "decimal(12,3)", "containsNull": True}
+    spark = {"type": "array", "elementType": inner, "containsNull": True}
+    assert spark_arrow_type(spark) == pa.list_(pa.list_(pa.decimal128(12, 3)))
+
+
+def test_map_type() -> None:
+    spark = {"type": "map", "keyType": "string", "valueType": "string", "valueContainsNull": True}
+    assert spark_arrow_type(spark) == pa.map_(pa.string(), pa.string())
+
+
+def test_struct_type_with_nested_fields() -> None:
+    spark = {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+            {
+                "name": "tags",
+                "type": {"type": "array", "elementType": "string", "containsNull": True},
+                "nullable": True,
+                "metadata": {},
+            },
+            {
+                "name": "inner",
+                "type": {
+                    "type": "struct",
+                    "fields": [{"name": "at", "type": "timestamp", "nullable": True, "metadata": {}}],
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+        ],
+    }
+    expected = pa.struct(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("tags", pa.list_(pa.string())),
+            pa.field("inner", pa.struct([pa.field("at", TS_UTC)])),
+        ]
+    )
+    result = spark_arrow_type(spark)
+    assert result == expected
+    assert all(field.nullable for field in result)
+
+
+@pytest.mark.parametrize(
+    "spark",
+    [
+        "interval",
+        "void",
+        "char(3)",
+        "Integer",
+        "decimal(39,0)",
+        "decimal(5,6)",
+        "decimal(0,0)",
+        {"type": "udt", "class": "x.Y"},
+        {"type": "array", "containsNull": True},
+        {"type": "map", "keyType": "string"},
+        {"type": "struct"},
+    ],
+)
+def test_unknown_spark_types_are_config_errors(spark: str | dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        spark_arrow_type(spark)
+    shown = spark if isinstance(spark, str) else spark["type"]
+    assert shown in str(info.value)
+
+
+def test_spark_schema_to_arrow_makes_every_field_nullable() -> None:
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "integer", "nullable": False, "metadata": {}},
+            {"name": "price", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+            {
+                "name": "attrs",
+                "type": {
+                    "type": "map",
+                    "keyType": "string",
+                    "valueType": "string",
+                    "valueContainsNull": True,
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+        ],
+    }
+    result = spark_schema_to_arrow(schema)
+    assert result == pa.schema(
+        [
+            pa.field("id", pa.int32(), nullable=True),
+            pa.field("price", pa.decimal128(10, 2), nullable=True),
+            pa.field("attrs", HSTORE, nullable=True),
+        ]
+    )
+    assert [field.nullable for field in result] == [True, True, True]
+
+
+@pytest.mark.parametrize("schema", [{"type": "array", "elementType": "string"}, {"fields": []}])
+def test_spark_schema_must_be_a_struct(schema: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError, match="StructType"):
+        spark_schema_to_arrow(schema)
+
+
+# ---- scalars ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "low", "high"),
+    [
+        (pa.int8(), -128, 127),
+        (pa.int16(), -32768, 32767),
+        (pa.int32(), -(2**31), 2**31 - 1),
+        (pa.int64(), -(2**63), 2**63 - 1),
+    ],
+)
+def test_integers(target: pa.DataType, low: int, high: int) -> None:
+    assert convert([str(low), "0", None, str(high)], target) == [low, 0, None, high]
+
+
+@pytest.mark.parametrize(
+    ("target", "value"), [(pa.int8(), "128"), (pa.int16(), "-32769"), (pa.int32(), "1.5")]
+)
+def test_integer_that_does_not_fit_is_rejected(target: pa.DataType, value: str) -> None:
+    message = rejected(["1", None, value], target)
+    assert repr(value) in message
+    assert "cannot be read as Spark's" in message
+
+
+def test_the_first_bad_value_among_many_is_named() -> None:
+    message = rejected(["1"] * 1000 + [None, "oops", "worse"] + ["2"] * 999, pa.int64())
+    assert "'oops'" in message
+    assert "worse" not in message
+
+
+def test_double() -> None:
+    result = convert(
+        ["1.5", "-0", "1e+30", "NaN", "Infinity", "-Infinity", None, "1.2345678901234567e-05"], pa.float64()
+    )
+    assert result[0] == 1.5
+    assert result[1] == 0.0 and math.copysign(1.0, result[1]) == -1.0
+    assert result[2] == 1e30
+    assert math.isnan(result[3])
+    assert result[4:7] == [math.inf, -math.inf, None]
+    assert result[7] == 1.2345678901234567e-05
+
+
+def test_float_is_parsed_as_single_precision() -> None:
+    result = convert(["1e+30", "3.4028235e+38", "-Infinity", "0.1", None], pa.float32())
+    assert result == [
+        float(np.float32(1e30)),
+        float(np.float32(3.4028235e38)),
+        -math.inf,
+        float(np.float32(0.1)),
+        None,
+    ]
+
+
+def test_float_rejects_text() -> None:
+    assert "'abc'" in rejected(["1.0", "abc"], pa.float64())
+
+
+def test_boolean() -> None:
+    assert convert(["t", "f", None, "t"], pa.bool_()) == [True, False, None, True]
+
+
+def test_boolean_rejects_other_spellings() -> None:
+    message = rejected(["t", "true"], pa.bool_())
+    assert "'true'" in message
+    assert "t or f" in message
+
+
+def test_bytea_hex() -> None:
+    assert convert(["\\x0aff", None, "\\x", "\\xDEADbeef"], pa.binary()) == [
+        b"\n\xff",
+        None,
+        b"",
+        b"\xde\xad\xbe\xef",
+    ]
+
+
+def test_bytea_from_a_sliced_chunked_array() -> None:
+    chunked = pa.chunked_array([pa.array(["\\x00", "\\x01"]), pa.array([None, "\\x0203"])])
+    result = text_to_arrow(chunked.slice(1), pa.binary(), what=WHAT)
+    assert result.to_pylist() == [b"\x01", None, b"\x02\x03"]
+
+
+@pytest.mark.parametrize("value", ["abc", "\\000", "\\x0", "\\xzz", "\\x0g"])
+def test_bytea_rejects_non_hex(value: str) -> None:
+    message = rejected(["\\x00", value], pa.binary())
+    assert repr(value) in message
+    assert "bytea_output" in message
+
+
+def test_string_is_unchanged() -> None:
+    values = ["ab  ", '{"k": [1, 2]}', "0e4f1a3c-6c7a-4c2b-8d6e-2b1f0c9a7e11", "", None]
+    assert convert(values, pa.string()) == values
+
+
+def test_large_string_input() -> None:
+    result = text_to_arrow(pa.array(["1", None], pa.large_string()), pa.int16(), what=WHAT)
+    assert result.type == pa.int16()
+    assert result.to_pylist() == [1, None]
+
+
+def test_empty_input() -> None:
+    assert convert([], pa.binary()) == []
+    assert convert([], pa.list_(pa.int32())) == []
+    assert text_to_arrow(pa.chunked_array([], pa.string()), pa.date32(), what=WHAT).to_pylist() == []
+
+
+def test_decimal() -> None:
+    target = pa.decimal128(10, 2)
+    result = convert(["123.45", "-0.5", "1.5", "0", None, "99999999.99"], target)
+    assert result == [
+        Decimal("123.45"),
+        Decimal("-0.50"),
+        Decimal("1.50"),
+        Decimal("0.00"),
+        None,
+        Decimal("99999999.99"),
+    ]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1.234", "123456789.00"])
+def test_decimal_rejects_what_spark_cannot_hold(value: str) -> None:
+    message = rejected(["1.00", None, value], pa.decimal128(10, 2))
+    assert repr(value) in message
+    assert "Spark's decimal(10,2) cannot hold it" in message
+    assert "string" in message
+
+
+def test_date() -> None:
+    result = convert(["2024-02-29", "infinity", "-infinity", None, "0001-01-01", "1970-01-01"], pa.date32())
+    assert result == [
+        date(2024, 2, 29),
+        date(9999, 12, 31),
+        date(1, 1, 1),
+        None,
+        date(1, 1, 1),
+        date(1970, 1, 1),
+    ]
+
+
+def test_date_before_year_one_is_rejected() -> None:
+    message = rejected(["2024-01-01", "0044-03-15 BC"], pa.date32())
+    assert "'0044-03-15 BC'" in message
+    assert "before the year 1" in message
+
+
+def test_date_after_year_9999_is_rejected() -> None:
+    message = rejected(["10000-01-01"], pa.date32())
+    assert "'10000-01-01'" in message
+    assert "after the year 9999" in message
+
+
+def test_invalid_date_is_rejected() -> None:
+    assert "'2023-02-29'" in rejected(["2023-02-28", "2023-02-29"], pa.date32())
+
+
+def test_timestamp_without_time_zone() -> None:
+    values = [
+        "2024-01-01 10:00:00",
+        "2024-01-01 10:00:00.123456",
+        "2024-01-01 10:00:00.1",
+        "2024-01-01 10:00:00.12",
+        "2024-01-01 10:00:00.12345",
+        "infinity",
+        "-infinity",
+        None,
+    ]
+    assert convert(values, TS_NTZ) == [
+        datetime(2024, 1, 1, 10),
+        datetime(2024, 1, 1, 10, 0, 0, 123456),
+        datetime(2024, 1, 1, 10, 0, 0, 100000),
+        datetime(2024, 1, 1, 10, 0, 0, 120000),
+        datetime(2024, 1, 1, 10, 0, 0, 123450),
+        datetime(9999, 12, 31, 23, 59, 59, 999999),
+        datetime(1, 1, 1),
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0044-03-15 10:00:00 BC", "before the year 1"),
+        ("12024-01-01 10:00:00", "after the year 9999"),
+        ("2024-01-01 10:00:00+00", "cannot be read as Spark's timestamp_ntz"),
+        ("yesterday", "cannot be read as Spark's timestamp_ntz"),
+    ],
+)
+def test_timestamp_without_time_zone_rejects(value: str, problem: str) -> None:
+    message = rejected([value], TS_NTZ)
+    assert repr(value) in message
+    assert problem in message
+
+
+def test_timestamp_with_time_zone_is_the_utc_instant() -> None:
+    values = [
+        "2024-01-01 10:00:00+00",
+        "2024-01-01 10:00:00-03",
+        "2024-01-01 10:00:00.5+05:30",
+        "1890-01-01 10:00:00+05:30:15",
+        "1890-01-01 10:00:00-00:17:30",
+        "infinity",
+        "-infinity",
+        None,
+    ]
+    assert convert(values, TS_UTC) == [
+        datetime(2024, 1, 1, 10, tzinfo=UTC),
+        datetime(2024, 1, 1, 13, tzinfo=UTC),
+        datetime(2024, 1, 1, 4, 30, 0, 500000, tzinfo=UTC),
+        datetime(1890, 1, 1, 4, 29, 45, tzinfo=UTC),
+        datetime(1890, 1, 1, 10, 17, 30, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        None,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0044-03-15 10:00:00+00 BC", "before the year 1"),
+        ("10000-01-01 00:00:00+00", "after the year 9999"),
+        ("0001-01-01 00:30:00+01", "outside the range of Spark's timestamp"),
+        ("9999-12-31 23:00:00-03", "outside the range of Spark's timestamp"),
+        ("2024-01-01 10:00:00", "timestamp with time zone"),
+        ("2024-02-30 10:00:00+00", "timestamp with time zone"),
+    ],
+)
+def test_timestamp_with_time_zone_rejects(value: str, problem: str) -> None:
+    message = rejected(["2024-01-01 10:00:00+00", None, value], TS_UTC)
+    assert repr(value) in message
+    assert problem in message
+
+
+def test_long_values_are_shortened_in_errors() -> None:
+    value = "x" * 200
+    message = rejected([value], pa.int32())
+    assert repr("x" * 57 + "...") in message
+    assert "x" * 58 not in message
+
+
+def test_unsupported_target_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="time64"):
+        text_to_arrow(pa.array(["10:00:00"]), pa.time64("us"), what=WHAT)
+
+
+def test_non_text_input_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="string array"):
+        text_to_arrow(pa.array([1, 2]), pa.int32(), what=WHAT)
+
+
+# ---- arrays -------------------------------------------------------------------------------------
+
+
+def test_array_of_integers_with_null_elements() -> None:
+    target = pa.list_(pa.int32())
+    assert convert(["{1,2,NULL}", "{}", None, "{-7}"], target) == [[1, 2, None], [], None, [-7]]
+
+
+def test_array_quoting() -> None:
+    value = '{"a b","x\\"y","back\\\\slash",NULL,"NULL","",plain,"{}","a,b"}'
+    assert convert([value], pa.list_(pa.string())) == [
+        ["a b", 'x"y', "back\\slash", None, "NULL", "", "plain", "{}", "a,b"]
+    ]
+
+
+def test_array_tolerates_blanks_like_array_in() -> None:
+    assert convert(["{ 1 , 2 }", " { } ", "{ null }"], pa.list_(pa.int64())) == [[1, 2], [], [None]]
+
+
+def test_array_dimension_decoration_is_dropped() -> None:
+    assert convert(["[0:1]={7,8}", '[-2:-2]={"x"}'], pa.list_(pa.string())) == [["7", "8"], ["x"]]
+
+
+def test_two_dimensional_array() -> None:
+    target = pa.list_(pa.list_(pa.int64()))
+    values = ["{{1,2},{3,4}}", "{}", "[1:2][1:1]={{1},{2}}", "{{NULL,5}}", None]
+    assert convert(values, target) == [[[1, 2], [3, 4]], [], [[1], [2]], [[None, 5]], None]
+
+
+def test_three_dimensional_array_of_strings() -> None:
+    target = pa.list_(pa.list_(pa.list_(pa.string())))
+    assert convert(['{{{a,"b c"}},{{NULL,"}"}}}'], target) == [[[["a", "b c"]], [[None, "}"]]]]
+
+
+def test_array_elements_follow_the_scalar_rules() -> None:
+    floats = convert(["{Infinity,-Infinity,NaN,1.5,NULL}"], pa.list_(pa.float64()))[0]
+    assert floats[:2] == [math.inf, -math.inf]
+    assert math.isnan(floats[2])
+    assert floats[3:] == [1.5, None]
+    assert convert(["{t,f,NULL}"], pa.list_(pa.bool_())) == [[True, False, None]]
+    assert convert(['{"\\\\x0aff",NULL}'], pa.list_(pa.binary())) == [[b"\n\xff", None]]
+    assert convert(["{2024-02-29,infinity}"], pa.list_(pa.date32())) == [
+        [date(2024, 2, 29), date(9999, 12, 31)]
+    ]
+    assert convert(['{"2024-01-01 10:00:00-03",-infinity}'], pa.list_(TS_UTC)) == [
+        [datetime(2024, 1, 1, 13, tzinfo=UTC), datetime(1, 1, 1, tzinfo=UTC)]
+    ]
+    assert convert(["{1.5,-2}"], pa.list_(pa.decimal128(5, 2))) == [[Decimal("1.50"), Decimal("-2.00")]]
+
+
+def test_bad_array_element_names_the_element() -> None:
+    message = rejected(["{1,2}", "{3,x4}"], pa.list_(pa.int32()))
+    assert "'x4'" in message
+    assert "Spark's integer" in message
+
+
+def test_array_with_other_dimensions_than_the_column_is_rejected() -> None:
+    message = rejected(["{{1,2}}"], pa.list_(pa.int32()))
+    assert "'{{1,2}}'" in message
+    assert "1-dimensional" in message
+    message = rejected(["{1,2}"], pa.list_(pa.list_(pa.int32())))
+    assert "2-dimensional" in message
+    assert "2-dimensional" in rejected(["{{1},2}"], pa.list_(pa.list_(pa.int32())))
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("{1,,2}", "an element is missing"),
+        ("{1,}", "an element is missing"),
+        ("{1}x", "text follows the closing '}'"),
+        ("{1", "lacks a closing '}'"),
+        ('{"a}', "unterminated quote"),
+        ('{"a"b}', "not followed by ',' or '}'"),
+        ("1", "must start with '{'"),
+        ("", "must start with '{'"),
+    ],
+)
+def test_malformed_array_is_rejected(value: str, problem: str) -> None:
+    message = rejected([value], pa.list_(pa.string()))
+    assert repr(value) in message
+    assert "is not a valid PostgreSQL array" in message
+    assert problem in message
+
+
+# ---- composites ---------------------------------------------------------------------------------
+
+ROW = pa.struct(
+    [
+        pa.field("id", pa.int32()),
+        pa.field("name", pa.string()),
+        pa.field("note", pa.string()),
+        pa.field("quote", pa.string()),
+        pa.field("ok", pa.bool_()),
+    ]
+)
+
+
+def test_composite() -> None:
+    assert convert(['(1,"a b",,"x""y",t)', '(,"",,"\\"\\\\",f)', None], ROW) == [
+        {"id": 1, "name": "a b", "note": None, "quote": 'x"y', "ok": True},
+        {"id": None, "name": "", "note": None, "quote": '"\\', "ok": False},
+        None,
+    ]
+
+
+def test_composite_field_with_doubled_backslash_and_parentheses() -> None:
+    target = pa.struct([pa.field("path", pa.string()), pa.field("expr", pa.string())])
+    assert convert(['("C:\\\\dir","f(a,b)")'], target) == [{"path": "C:\\dir", "expr": "f(a,b)"}]
+
+
+def test_composite_of_one_null_field() -> None:
+    target = pa.struct([pa.field("x", pa.int64())])
+    assert convert(["()", "(5)"], target) == [{"x": None}, {"x": 5}]
+
+
+def test_struct_holding_arrays_and_a_struct() -> None:
+    target = pa.struct(
+        [
+            pa.field("ids", pa.list_(pa.int32())),
+            pa.field("tags", pa.list_(pa.string())),
+            pa.field("inner", pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.string())])),
+        ]
+    )
+    values = ['("{1,2,NULL}","{""a b"",c}","(2,""x y"")")', "({},,)"]
+    assert convert(values, target) == [
+        {"ids": [1, 2, None], "tags": ["a b", "c"], "inner": {"a": 2, "b": "x y"}},
+        {"ids": [], "tags": None, "inner": None},
+    ]
+
+
+def test_array_of_structs() -> None:
+    target = pa.list_(pa.struct([pa.field("n", pa.int32()), pa.field("s", pa.string())]))
+    values = ['{"(1,a)","(2,\\"b c\\")",NULL,"(,)"}', "{}"]
+    assert convert(values, target) == [
+        [{"n": 1, "s": "a"}, {"n": 2, "s": "b c"}, None, {"n": None, "s": None}],
+        [],
+    ]
+
+
+def test_composite_with_wrong_field_count_is_rejected() -> None:
+    message = rejected(["(1,a,,x,t,extra)"], ROW)
+    assert "'(1,a,,x,t,extra)'" in message
+    assert "6 fields" in message and "has 5" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("1,a", "parentheses"), ('(1,"a)', "unexpected"), ("(1,a)b)", "unexpected")],
+)
+def test_malformed_composite_is_rejected(value: str, problem: str) -> None:
+    target = pa.struct([pa.field("n", pa.int32()), pa.field("s", pa.string())])
+    message = rejected([value], target)
+    assert repr(value) in message
+    assert "not a valid PostgreSQL composite value" in message
+    assert problem in message
+
+
+def test_bad_composite_field_names_the_field() -> None:
+    message = rejected(["(x,a,,,t)"], ROW)
+    assert message.startswith(f"{WHAT}, field 'id': value 'x' cannot be read as Spark's integer")
+
+
+# ---- hstore -------------------------------------------------------------------------------------
+
+
+def test_hstore() -> None:
+    values = ['"a"=>"1", "b c"=>NULL', "", None, '"k\\"q"=>"v\\\\", "e"=>""']
+    assert convert(values, HSTORE) == [
+        [("a", "1"), ("b c", None)],
+        [],
+        None,
+        [('k"q', "v\\"), ("e", "")],
+    ]
+
+
+def test_hstore_unquoted_like_hstore_in() -> None:
+    assert convert(['a=>1,b => NULL , c=>"NULL"'], HSTORE) == [[("a", "1"), ("b", None), ("c", "NULL")]]
+
+
+def test_array_of_hstore() -> None:
+    target = pa.list_(HSTORE)
+    assert convert(['{"\\"a\\"=>\\"1\\"",NULL,""}'], target) == [[[("a", "1")], None, []]]
+
+
+@pytest.mark.parametrize("value", ['"a"=>', '"a" "b"', '"a"=>"1" "b"=>"2"', '"a=>"1"'])
+def test_malformed_hstore_is_rejected(value: str) -> None:
+    message = rejected([value], HSTORE)
+    assert repr(value) in message
+    assert "not a valid PostgreSQL hstore value" in message
