@@ -144,11 +144,11 @@ class LakeBaseWriter:
         try:
             if self._lock is not None:  # nobody can change the table before the swap
                 self._view = self._read_view()
-                if self._upcoming is not None:  # a lineage that is not current yet: nobody reads it
+                # the lineage's changes table: nobody reads it before the swap, and should the
+                # write fail, the next rebaseline drops it with the other old lineages (a first
+                # baseline leaves it to the swap, so a failed one leaves the catalog as it was)
+                if self._upcoming is not None and self._view.database_exists:
                     location, schema = self._upcoming
-                    if not self._view.database_exists:
-                        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
-                        self._view = CatalogView(True, None, None)
                     self._changes_table(str(_version(location)), schema.jsonValue()["fields"])
             else:  # a shared metastore: read the table at the swap, just start the client now
                 self.spark.catalog.databaseExists(self.destination.database)
