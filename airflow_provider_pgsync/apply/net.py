@@ -77,13 +77,19 @@ def is_keyed(columns: Sequence[ColumnInfo]) -> bool:
 
 @dataclass(frozen=True)
 class BulkNet:
-    """A batch's net effect as Arrow tables of PostgreSQL text: ``deletes`` (key columns),
-    ``updates`` (whole rows of keys the destination has) and ``upserts`` (whole rows of keys
-    the batch inserted, which the destination may or may not have)."""
+    """A batch's net effect as Arrow tables of PostgreSQL text, by what the destination holds:
+
+    - ``deletes``: key columns of the keys it holds that are absent after the batch;
+    - ``updates``: whole rows of the keys it holds that are present after the batch;
+    - ``inserts``: whole rows of the keys it lacks that are present after the batch.
+
+    The destination holds a key iff the batch's first change of it is an UPDATE or DELETE (a
+    key whose first change is an INSERT had no row: the source's key is unique). Keys both
+    inserted and deleted in the batch are in none of them."""
 
     deletes: pa.Table
     updates: pa.Table
-    upserts: pa.Table
+    inserts: pa.Table
 
 
 def bulk_net(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> BulkNet | None:
@@ -105,21 +111,18 @@ def bulk_net(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> BulkNet | 
     key_values = {k: pc.coalesce(batch.column(old_key_column(k)), batch.column(k)) for k in keys}
     position = pa.array(np.arange(batch.num_rows))
     grouped = (
-        pa.table({**key_values, "_position": position, "_inserted": pc.equal(ops, "I")})
+        pa.table({**key_values, "_position": position})
         .group_by(keys, use_threads=False)
-        .aggregate([("_position", "max"), ("_inserted", "any")])
+        .aggregate([("_position", "min"), ("_position", "max")])
     )
     last = grouped.column("_position_max")
-    final_ops = pc.take(ops, last)
-    rows = pa.Table.from_batches([batch]).select(names).take(last)
-    deleted = pc.equal(final_ops, "D")
-    fresh = pc.or_(
-        pc.equal(final_ops, "I"), pc.and_(pc.equal(final_ops, "U"), grouped.column("_inserted_any"))
-    )
+    present = pc.not_equal(pc.take(ops, last), "D")
+    held = pc.not_equal(pc.take(ops, grouped.column("_position_min")), "I")
+    rows = pa.Table.from_batches([batch]).select(names)
     return BulkNet(
-        deletes=grouped.select(keys).filter(deleted),
-        updates=rows.filter(pc.and_(pc.invert(deleted), pc.invert(fresh))),
-        upserts=rows.filter(fresh),
+        deletes=grouped.select(keys).filter(pc.and_(held, pc.invert(present))),
+        updates=rows.take(last.filter(pc.and_(held, present))),
+        inserts=rows.take(last.filter(pc.and_(pc.invert(held), present))),
     )
 
 

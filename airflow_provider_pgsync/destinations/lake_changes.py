@@ -298,7 +298,7 @@ def _source(key: KeyValues, present: Present) -> KeyValues:
 def _bulk_table(columns: list[str], bulk: BulkNet) -> pa.Table:
     """A bulk net effect as records: D for its deletes (key columns set), P for the rest."""
     parts = []
-    for kind, part in (("D", bulk.deletes), ("P", bulk.updates), ("P", bulk.upserts)):
+    for kind, part in (("D", bulk.deletes), ("P", bulk.updates), ("P", bulk.inserts)):
         count = part.num_rows
         values = {
             n: part.column(n) if n in part.column_names else pa.nulls(count, pa.string()) for n in columns

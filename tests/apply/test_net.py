@@ -8,15 +8,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pgsync.apply.net import NetStep, Truncate, is_keyed, net_steps, row_changes
+from airflow_provider_pgsync.apply.net import NetStep, Truncate, bulk_net, is_keyed, net_steps, row_changes
 from airflow_provider_pgsync.testing.destination_kit import Change, Model, change_batch, column
 
 COLUMNS = [column("id", 23, key=True), column("a", 25), column("toast", 25)]
 Row = dict[str, str | None]
 
 
-def valid_stream(seed: int, length: int) -> list[Change]:
-    """Random changes a real source could send: updates and deletes only of existing keys."""
+def valid_stream(seed: int, length: int, *, plain: bool = False) -> list[Change]:
+    """Random changes a real source could send: updates and deletes only of existing keys;
+    ``plain``: no key change, unchanged TOAST or TRUNCATE (the batches ``bulk_net`` takes)."""
     rng = random.Random(seed)
     rows: dict[str, Row] = {}
     out: list[Change] = []
@@ -31,15 +32,15 @@ def valid_stream(seed: int, length: int) -> list[Change]:
             out.append(Change("I", row))
         elif choice < 0.75:
             old = rng.choice(sorted(rows))
-            new = str(rng.randrange(12)) if rng.random() < 0.3 else old
+            new = str(rng.randrange(12)) if rng.random() < 0.3 and not plain else old
             if new != old and new in rows:
                 continue
-            unchanged = ("toast",) if rng.random() < 0.6 else ()
+            unchanged = ("toast",) if rng.random() < 0.6 and not plain else ()
             row = {"id": new, "a": f"u{n}", "toast": rows[old]["toast"] if unchanged else f"t{n}"}
             del rows[old]
             rows[new] = row
             out.append(Change("U", row, old_key={"id": old} if new != old else None, unchanged=unchanged))
-        elif choice < 0.95:
+        elif choice < 0.95 or plain:
             key = rng.choice(sorted(rows))
             del rows[key]
             out.append(Change("D", {"id": key}))
@@ -85,6 +86,50 @@ def test_net_steps_equal_change_by_change(seed: int, length: int, cut: int) -> N
     assert sorted(table.values(), key=lambda r: int(r["id"] or 0)) == sorted(
         model.rows, key=lambda r: int(r["id"] or 0)
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 10**9), length=st.integers(1, 40), cut=st.integers(1, 40))
+def test_bulk_net_equals_change_by_change(seed: int, length: int, cut: int) -> None:
+    """A bulk net effect applied as the PostgreSQL destination does (delete and update only
+    rows it holds, insert only rows it lacks) and as the lake does (delete, replace by key)
+    gives the model's rows."""
+    stream = valid_stream(seed, length, plain=True)
+    model = Model(COLUMNS)
+    table: dict[str | None, Row] = {}
+    lake: dict[str | None, Row] = {}
+    for start in range(0, len(stream), cut):
+        part = stream[start : start + cut]
+        net = bulk_net(COLUMNS, change_batch(COLUMNS, part, first_lsn=16))
+        assert net is not None
+        for key in net.deletes.column("id").to_pylist():
+            assert table.pop(key, None) is not None, f"deletes {key}, which the destination lacks"
+        for row in net.updates.to_pylist():
+            assert row["id"] in table, f"updates {row['id']}, which the destination lacks"
+            table[row["id"]] = row
+        for row in net.inserts.to_pylist():
+            assert row["id"] not in table, f"inserts {row['id']}, which the destination holds"
+            table[row["id"]] = row
+        for key in net.deletes.column("id").to_pylist():
+            lake.pop(key, None)
+        lake.update((row["id"], row) for row in net.updates.to_pylist() + net.inserts.to_pylist())
+        for change in part:
+            model.apply(change)
+    assert table == lake == {row["id"]: row for row in model.rows}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        Change("T"),
+        Change("U", {"id": "2", "a": "x", "toast": None}, old_key={"id": "1"}),
+        Change("U", {"id": "1", "a": "x", "toast": None}, unchanged=("toast",)),
+    ],
+)
+def test_bulk_net_leaves_truncate_key_change_and_unchanged_toast_to_net_steps(change: Change) -> None:
+    plain = Change("I", {"id": "1", "a": "a", "toast": "t"})
+    assert bulk_net(COLUMNS, change_batch(COLUMNS, [plain], first_lsn=16)) is not None
+    assert bulk_net(COLUMNS, change_batch(COLUMNS, [plain, change], first_lsn=16)) is None
 
 
 def test_unchanged_toast_is_carried_inside_a_batch_and_left_in_place_otherwise() -> None:

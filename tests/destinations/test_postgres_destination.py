@@ -162,6 +162,32 @@ def test_a_failing_batch_applies_nothing(database: Database, destination: Postgr
     assert [r["id"] for r in reader(database)(ORDERS)] == ["1"]
 
 
+@pytest.mark.parametrize("op", ["U", "D"])
+def test_a_plain_change_of_a_row_the_replica_lacks_is_an_error(
+    destination: PostgresDestination, op: str
+) -> None:
+    destination.open_table(ORDERS, ORDER_COLUMNS, 0)
+    lost = change_batch(ORDER_COLUMNS, [Change(op, order(9))], first_lsn=16)
+    with pytest.raises(DestinationError, match=r"lacks 1 of 1 rows.*lost rows; rebaseline"):
+        destination.apply(ORDERS, ORDER_COLUMNS, lost, (16, 1))
+    assert destination.watermark(ORDERS) is None
+
+
+def test_an_insert_of_a_row_the_replica_holds_is_an_error(
+    database: Database, destination: PostgresDestination
+) -> None:
+    destination.open_table(ORDERS, ORDER_COLUMNS, 0)
+    first = change_batch(ORDER_COLUMNS, [Change("I", order(1))], first_lsn=16)
+    destination.apply(ORDERS, ORDER_COLUMNS, first, (16, 1))
+    again = change_batch(
+        ORDER_COLUMNS, [Change("I", order(2)), Change("I", order(1, note="x"))], first_lsn=32
+    )
+    with pytest.raises(DestinationError, match=r"orders already has a row.*\(id\)=\(1\).*rebaseline"):
+        destination.apply(ORDERS, ORDER_COLUMNS, again, (32, 2))
+    assert destination.watermark(ORDERS) == (16, 1)
+    assert [(r["id"], r["note"]) for r in reader(database)(ORDERS)] == [("1", "n")]
+
+
 def test_an_update_of_a_row_the_replica_lacks_is_an_error(destination: PostgresDestination) -> None:
     destination.open_table(ORDERS, ORDER_COLUMNS, 0)
     lost = change_batch(ORDER_COLUMNS, [Change("U", order(9), unchanged=("doc",))], first_lsn=16)
