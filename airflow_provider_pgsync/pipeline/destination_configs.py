@@ -1,0 +1,109 @@
+"""Where a pipeline's changes go: the configs of the lake and PostgreSQL destinations.
+
+``to_mapping()`` gives a destination's config as the operators take it (the ``from_config``
+of ``destinations/lake.py`` and ``destinations/postgres.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from airflow_provider_pgsync.destinations.lake import METASTORES, LakeDestination
+from airflow_provider_pgsync.destinations.postgres import DEFAULT_FILLFACTOR
+from airflow_provider_pgsync.pipeline.problems import Checks, choice, is_text, location_problem
+from airflow_provider_pgsync.source.names import TableRef
+
+DESTINATION_KINDS = ("lake", "postgres")
+
+_LAKE_DATABASE = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class LakeDestinationConfig:
+    """The lake destination (Spark catalog tables over versioned Parquet).
+
+    ``warehouse`` None means ``$PGSYNC_LAKE``, else ``$AIRFLOW_HOME/pgsync/lake``, resolved
+    where the task runs. The destination's name (the key of its watermark) is ``lake``, or
+    ``lake_<database>`` for another catalog database.
+    """
+
+    warehouse: str | None = None
+    database: str = "pgsync"
+    metastore: str = "derby"
+    kind: ClassVar[str] = "lake"
+
+    def __post_init__(self) -> None:
+        checks = Checks()
+        if self.warehouse is not None:
+            problem = location_problem(self.warehouse)
+            if problem:
+                checks.add("warehouse", problem)
+        if not isinstance(self.database, str) or not _LAKE_DATABASE.fullmatch(self.database):
+            checks.add("database", f"{self.database!r} is not allowed: use lower-case letters, digits and _")
+        problem = choice(self.metastore, METASTORES)
+        if problem:
+            checks.add("metastore", problem)
+        elif self.metastore == "derby" and self.warehouse and _remote(self.warehouse):
+            checks.add(
+                "metastore",
+                f"the embedded derby metastore needs a local warehouse, not {self.warehouse!r}; "
+                "use metastore 'external' and configure the Hive metastore in spark.conf",
+            )
+        if not checks.found:  # the destination's own checks, in case they are stricter
+            checks.catch("", lambda: LakeDestination.from_config(self.to_mapping()))
+        checks.raise_any("lake destination")
+
+    @property
+    def name(self) -> str:
+        return "lake" if self.database == "pgsync" else f"lake_{self.database}"
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The destination config the operators take (no warehouse: the default where the task runs)."""
+        data: dict[str, Any] = {"kind": self.kind, "database": self.database, "metastore": self.metastore}
+        if self.warehouse is not None:
+            data["warehouse"] = self.warehouse
+        return data
+
+
+def _remote(uri: str) -> bool:
+    return "://" in uri and not uri.startswith("file://")
+
+
+@dataclass(frozen=True)
+class PostgresDestinationConfig:
+    """A PostgreSQL replica: its Airflow connection, its name (the key of its watermark), the
+    schema of its control tables and the fillfactor of the tables it creates (10 to 100; the
+    default leaves room on each page for updated rows, 100 suits append-only data)."""
+
+    conn_id: str
+    name: str = "postgres"
+    control_schema: str = "pgsync"
+    fillfactor: int = DEFAULT_FILLFACTOR
+    kind: ClassVar[str] = "postgres"
+
+    def __post_init__(self) -> None:
+        checks = Checks()
+        if not is_text(self.conn_id):
+            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}")
+        if not is_text(self.name):
+            checks.add("name", f"must be a non-empty name, not {self.name!r}")
+        checks.catch("control_schema", lambda: TableRef(self.control_schema, "watermarks"))
+        # PostgresDestination's own rule, checked here too: the destination checks it only as it connects
+        fillfactor = self.fillfactor
+        if isinstance(fillfactor, bool) or not isinstance(fillfactor, int) or not 10 <= fillfactor <= 100:
+            checks.add("fillfactor", f"must be an integer from 10 to 100, not {fillfactor!r}")
+        checks.raise_any("postgres destination")
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "conn_id": self.conn_id,
+            "name": self.name,
+            "control_schema": self.control_schema,
+            "fillfactor": self.fillfactor,
+        }
+
+
+DestinationConfig = LakeDestinationConfig | PostgresDestinationConfig

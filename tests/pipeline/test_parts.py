@@ -1,0 +1,57 @@
+"""The parts of a pipeline config: defaults the operators share and mistakes in Python."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_provider_pgsync.operators import capture as capture_module
+from airflow_provider_pgsync.operators.apply import PgApplyOperator
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+from airflow_provider_pgsync.operators.capture import PgCaptureOperator
+from airflow_provider_pgsync.pipeline import parts as parts_module
+from airflow_provider_pgsync.pipeline.parts import (
+    SUBMIT_OPTIONS,
+    BaselineConfig,
+    BatchLimits,
+    ChangelogConfig,
+    SparkConfig,
+    StateConfig,
+    TableConfig,
+)
+from airflow_provider_pgsync.pipeline.problems import PipelineConfigError
+
+
+def default_of(operator: type, name: str) -> Any:
+    return inspect.signature(operator.__init__).parameters[name].default  # type: ignore[misc]
+
+
+def test_defaults_are_the_operators_defaults() -> None:
+    limits, baseline, state = BatchLimits(), BaselineConfig(), StateConfig()
+    assert limits.max_changes == default_of(PgCaptureOperator, "max_changes")
+    assert limits.batch_rows == default_of(PgApplyOperator, "batch_rows")
+    assert limits.batch_bytes == default_of(PgApplyOperator, "batch_bytes")
+    assert baseline.target_partition_mb == default_of(PgBaselineOperator, "target_partition_mb")
+    assert baseline.fetch_size == default_of(PgBaselineOperator, "fetch_size")
+    assert baseline.copy_path == default_of(PgBaselineOperator, "copy_path")
+    assert state.backend == default_of(PgCaptureOperator, "state_backend")
+    assert state.schema == default_of(PgCaptureOperator, "state_schema")
+    assert SparkConfig().conn_id == default_of(PgBaselineOperator, "spark_conn_id")
+    assert parts_module.STATE_BACKENDS == capture_module.STATE_BACKENDS
+
+
+def test_submit_options_are_spark_submit_hook_arguments_of_that_type() -> None:
+    parameters = inspect.signature(SparkSubmitHook.__init__).parameters
+    for name, kind in SUBMIT_OPTIONS.items():
+        assert kind.__name__ in str(parameters[name].annotation), name
+
+
+def test_python_api_mistakes_name_the_field() -> None:
+    with pytest.raises(PipelineConfigError, match=r"- columns\[0\]: must be a column name"):
+        TableConfig("orders", ("",))
+    with pytest.raises(PipelineConfigError, match=r"- retention: must be a duration"):
+        ChangelogConfig(retention=timedelta(hours=-1))
