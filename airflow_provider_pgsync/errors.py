@@ -148,3 +148,21 @@ class BaselineError(PgSyncError):
 
 class DestinationError(PgSyncError):
     """A destination cannot take a table's changes; its tables go Errored, capture goes on."""
+
+
+class TableErroredError(StateError):
+    """A table a sensor waits for is Errored: names the table, the reason and the remedy."""
+
+    def __init__(
+        self, *, pipeline: str, table: str, reason: str, solution: str, retry: str, previous: str
+    ) -> None:
+        self.pipeline = pipeline
+        self.table = table
+        self.reason = reason
+        self.solution = solution
+        self.retry = retry
+        self.previous = previous
+        super().__init__(
+            f"table {table} of pipeline {pipeline!r} is Errored (it left {previous or 'an unknown phase'}): "
+            f"{reason}; remedy: {solution.rstrip('. ')}, then rebaseline the table (Errored -> Init)"
+        )

@@ -6,7 +6,7 @@ from typing import Any
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Provider metadata: the package, its hooks and operators."""
+    """Provider metadata: the package, its hooks, operators, sensors and triggers."""
     return {
         "package-name": "airflow-provider-pgsync",
         "name": "pgsync",
@@ -32,6 +32,29 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_pgsync.operators.replication",
                     "airflow_provider_pgsync.operators.capture",
+                    "airflow_provider_pgsync.operators.baseline",
+                    "airflow_provider_pgsync.operators.apply",
+                    "airflow_provider_pgsync.operators.compact",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "pgsync",
+                "python-modules": [
+                    "airflow_provider_pgsync.sensors.pending_changes",
+                    "airflow_provider_pgsync.sensors.slot_lag",
+                    "airflow_provider_pgsync.sensors.table_phase",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "pgsync",
+                "python-modules": [
+                    "airflow_provider_pgsync.triggers.pending_changes",
+                    "airflow_provider_pgsync.triggers.slot_lag",
+                    "airflow_provider_pgsync.triggers.table_phase",
                 ],
             }
         ],

@@ -34,7 +34,7 @@ from airflow_provider_pgsync.source.names import TableRef, validate_publication_
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
 from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
 
-_CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks
+CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
 PeekedRow = tuple[LSN, int, bytes]
@@ -449,7 +449,7 @@ class PgReplicationHook(PostgresHook):
         try:
             conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
             row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_CAPTURE_LOCK_CLASS, name)
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CAPTURE_LOCK_CLASS, name)
             ).fetchone()
             if not row or not row[0]:
                 raise CaptureBusyError(name, self._lock_holder(conn, name))
@@ -466,7 +466,7 @@ class PgReplicationHook(PostgresHook):
             WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
               AND l.classid = %s AND l.objid = (hashtext(%s)::bigint & 4294967295)::oid
             """,
-            (_CAPTURE_LOCK_CLASS, slot_name),
+            (CAPTURE_LOCK_CLASS, slot_name),
         ).fetchone()
         if row is None:
             return "a session that has just ended"
