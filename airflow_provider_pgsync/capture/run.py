@@ -61,6 +61,11 @@ class CaptureResult:
     idle: bool
     seconds: float
     rows_by_table: dict[str, int] = field(default_factory=dict)
+    start_lsn: LSN | None = None
+    """The slot's confirmed position when the run began."""
+    upto_lsn: LSN | None = None
+    """The WAL flush position the peek was bounded by: ``upto_lsn - start_lsn`` is the lag the
+    run found (the status page charts it over recent runs)."""
 
 
 def capture(
@@ -134,6 +139,8 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
         idle=idle,
         seconds=time.monotonic() - started,
         rows_by_table=decoded.rows_by_table,
+        start_lsn=start,
+        upto_lsn=upto,
     )
     _log_result(result, slot, decoded)
     return result

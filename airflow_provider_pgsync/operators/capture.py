@@ -94,4 +94,6 @@ class PgCaptureOperator(BaseOperator):
             "advanced_to": str(result.advanced_to) if result.advanced_to else None,
             "idle": result.idle,
             "rows_by_table": result.rows_by_table,
+            "start_lsn": str(result.start_lsn) if result.start_lsn is not None else None,
+            "upto_lsn": str(result.upto_lsn) if result.upto_lsn is not None else None,
         }

@@ -78,6 +78,7 @@ def test_capture_operator_in_a_dag_run(
     dag = _capture_dag(dag_id, pipeline, source_conn_id, backend)
     database.execute("INSERT INTO items VALUES (1, 'one'), (2, 'two')")
     database.execute("UPDATE items SET name = 'uno' WHERE id = 1")
+    before = pipeline.slot_info().confirmed_flush_lsn
 
     run, ti = _run(run_dag, dag, pipeline, root)
 
@@ -97,6 +98,9 @@ def test_capture_operator_in_a_dag_run(
         "advanced_to": str(state.last_end_lsn),
         "idle": True,
         "rows_by_table": {"public.items": 3},
+        # the lag the run found, for the status page's chart (idle: it took everything)
+        "start_lsn": str(before),
+        "upto_lsn": str(state.last_end_lsn),
     }
     assert len(state.segments) == 1
     assert pipeline.slot_info().confirmed_flush_lsn == state.last_end_lsn
