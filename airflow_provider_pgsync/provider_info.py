@@ -6,7 +6,7 @@ from typing import Any
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Provider metadata: the package, its hooks, operators, sensors and triggers."""
+    """Provider metadata: the package, its hooks, operators, sensors, triggers and UI plugin."""
     return {
         "package-name": "airflow-provider-pgsync",
         "name": "pgsync",
@@ -56,6 +56,12 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_pgsync.triggers.slot_lag",
                     "airflow_provider_pgsync.triggers.table_phase",
                 ],
+            }
+        ],
+        "plugins": [
+            {
+                "name": "pgsync_status",
+                "plugin-class": "airflow_provider_pgsync.plugins.plugin.PgsyncStatusPlugin",
             }
         ],
     }

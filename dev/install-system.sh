@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install, through apt and only when missing, what pgsync needs from the system:
-# a PostgreSQL server (14 or newer), a Java 17+ runtime and the PostgreSQL JDBC driver.
+# a PostgreSQL server (14 or newer), a Java 17+ runtime, the PostgreSQL JDBC driver and
+# Chromium (headless, for the browser tests of the status page).
 # A second run finds everything in place and installs nothing.
 set -euo pipefail
 
@@ -27,6 +28,7 @@ have_postgres || missing+=(postgresql)
 have_java || missing+=(default-jre-headless)
 [ -e /usr/share/java/postgresql.jar ] || missing+=(libpostgresql-jdbc-java)
 command -v runuser >/dev/null 2>&1 || missing+=(util-linux)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

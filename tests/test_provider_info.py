@@ -29,3 +29,15 @@ def test_the_entry_point_is_declared() -> None:
         if e.value.startswith("airflow_provider_pgsync")
     ]
     assert entry.load() is get_provider_info
+
+
+def test_the_status_page_plugin_is_registered() -> None:
+    from importlib.metadata import entry_points
+
+    from airflow_provider_pgsync.plugins.plugin import PgsyncStatusPlugin
+
+    (entry,) = [e for e in entry_points(group="airflow.plugins") if e.name == "pgsync_status"]
+    assert entry.load() is PgsyncStatusPlugin
+    (plugin,) = get_provider_info()["plugins"]
+    module, _, name = plugin["plugin-class"].rpartition(".")
+    assert getattr(importlib.import_module(module), name) is PgsyncStatusPlugin

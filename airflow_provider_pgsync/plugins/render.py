@@ -1,0 +1,162 @@
+"""The status page as one HTML document with an inline SVG chart; every value from data is escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from html import escape
+
+from airflow_provider_pgsync.plugins.status import (
+    LagPoint,
+    PipelineStatus,
+    Problem,
+    StatusPage,
+    TableRow,
+    format_bytes,
+    format_seconds,
+)
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1rem 1.5rem; color: #1a202c; }
+h1 { font-size: 1.4rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
+table { border-collapse: collapse; margin: .5rem 0; }
+th, td { border: 1px solid #cbd5e0; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+th { background: #edf2f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.phase { font-weight: 600; } .phase-Ready { color: #276749; } .phase-Errored { color: #c53030; }
+.problem { border-left: 4px solid #c53030; background: #fff5f5; padding: .4rem .8rem; margin: .4rem 0; }
+.note { color: #4a5568; font-size: .9rem; } dl { display: grid; grid-template-columns: max-content auto; }
+dt { font-weight: 600; margin-right: 1rem; } dd { margin: 0; }
+svg text { font-size: 11px; fill: #4a5568; }
+"""
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _time(value: datetime | None) -> str:
+    return "never" if value is None else value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def render_page(page: StatusPage) -> str:
+    """The whole status page."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>pgsync status</title>',
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>pgsync status</h1>",
+        f'<p class="note">Pipeline config {_e(page.config_path)}; '
+        f"read at {_e(_time(page.generated_at))}.</p>",
+        render_problems(page.problems),
+    ]
+    parts.extend(render_pipeline(p) for p in page.pipelines)
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def render_problems(problems: Iterable[Problem]) -> str:
+    """Each problem in a box: the object, what happened, and the remedy."""
+    return "\n".join(
+        f'<div class="problem" role="alert"><strong>{_e(p.subject)}</strong>: {_e(p.message)}'
+        f'<br><span class="remedy">Remedy: {_e(p.remedy)}</span></div>'
+        for p in problems
+    )
+
+
+def render_pipeline(status: PipelineStatus) -> str:
+    """One pipeline: its problems, summary figures, tables and lag chart."""
+    slot = status.slot
+    facts = [
+        ("Slot", status.slot_name + ("" if slot is None else f" ({slot.wal_status or 'unknown'} WAL status, "
+                                     f"{'active' if slot.active else 'inactive'})")),
+        ("State", f"{status.state_backend}, version {status.state_version}"),
+        ("Last captured LSN", status.last_end_lsn or "none"),
+        ("Last capture", _time(status.last_capture_at)),
+        ("Last apply", _time(status.last_apply_at)),
+        ("Current WAL LSN", "unknown" if slot is None or slot.current_lsn is None else slot.current_lsn),
+        ("Slot confirmed LSN", "unknown" if slot is None or slot.confirmed_flush_lsn is None
+                               else slot.confirmed_flush_lsn),
+        ("Lag", _lag_text(status)),
+    ]  # fmt: skip
+    for mark in status.watermarks:
+        facts.append((f"Applied ({mark.destination})", mark.text if mark.lsn is None else
+                      f"commit LSN {mark.lsn}, change {mark.seq}"))  # fmt: skip
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    return "\n".join(
+        [
+            f'<section class="pipeline" data-pipeline="{_e(status.name)}">',
+            f"<h2>Pipeline {_e(status.name)}</h2>",
+            render_problems(status.problems),
+            f"<dl>{dl}</dl>",
+            render_tables(status.tables),
+            "<h3>Lag over recent capture runs</h3>",
+            render_chart(status.history),
+            f'<p class="note">{_e(status.history_note)}</p>' if status.history_note else "",
+            "</section>",
+        ]
+    )
+
+
+def _lag_text(status: PipelineStatus) -> str:
+    lag_bytes = None if status.slot is None else status.slot.lag_bytes
+    text = f"{format_bytes(lag_bytes)} of WAL after the slot's confirmed position"
+    if status.lag_seconds is None:
+        return text + ("" if lag_bytes is None else "; time unknown (no successful capture run yet)")
+    if status.lag_seconds == 0:
+        return text + "; nothing pending"
+    return text + f"; at most {format_seconds(status.lag_seconds)} behind (since the last capture)"
+
+
+def render_tables(rows: Sequence[TableRow]) -> str:
+    """The tables of a pipeline; an Errored table shows its reason, remedy and retry mode."""
+    head = "<tr><th>Table</th><th>Phase</th><th>Rows</th><th>Details</th></tr>"
+    body = []
+    for row in rows:
+        rows_text = "" if row.rows is None else f"{row.rows:,}"
+        if row.errored:
+            details = (
+                f'<span class="reason">Reason: {_e(row.reason)}</span><br>'
+                f'<span class="remedy">Remedy: {_e(row.solution)}</span><br>'
+                f'<span class="note">Retry: {_e(row.retry)}</span>'
+            )
+        else:
+            details = _e(row.detail)
+        body.append(
+            f'<tr data-table="{_e(row.table)}"><td>{_e(row.table)}</td>'
+            f'<td class="phase phase-{_e(row.phase.replace(" ", "-"))}">{_e(row.phase)}</td>'
+            f'<td class="num" title="{_e(row.rows_note)}">{_e(rows_text)}'
+            f'<div class="note">{_e(row.rows_note)}</div></td><td>{details}</td></tr>'
+        )
+    return f'<table class="tables">{head}{"".join(body)}</table>'
+
+
+def render_chart(points: Sequence[LagPoint], *, width: int = 640, height: int = 180) -> str:
+    """A bar chart of lag in bytes per capture run (oldest left), as inline SVG."""
+    if not points:
+        return '<p class="note lag-chart-empty">No capture runs with positions yet.</p>'
+    left, bottom, top = 80, 30, 10
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    peak = max(p.lag_bytes for p in points) or 1
+    slot_w = plot_w / len(points)
+    bar_w = max(2.0, slot_w * 0.7)
+    shapes = [
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 10}" y2="{top + plot_h}" stroke="#a0aec0"/>',
+        f'<text x="{left - 6}" y="{top + 10}" text-anchor="end">{_e(format_bytes(peak))}</text>',
+        f'<text x="{left - 6}" y="{top + plot_h}" text-anchor="end">0</text>',
+    ]
+    for i, point in enumerate(points):
+        h = plot_h * point.lag_bytes / peak
+        x = left + i * slot_w + (slot_w - bar_w) / 2
+        shapes.append(
+            f'<rect class="lag-bar" x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w:.1f}" '
+            f'height="{h:.1f}" fill="#3182ce"><title>{_e(_time(point.at))} ({_e(point.run_id)}): '
+            f"{_e(format_bytes(point.lag_bytes))}</title></rect>"
+        )
+    first, last = points[0].at, points[-1].at
+    shapes.append(f'<text x="{left}" y="{height - 8}">{_e(_time(first))}</text>')
+    shapes.append(f'<text x="{width - 10}" y="{height - 8}" text-anchor="end">{_e(_time(last))}</text>')
+    return (
+        f'<svg class="lag-chart" role="img" aria-label="slot lag in bytes per capture run" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'xmlns="http://www.w3.org/2000/svg">{"".join(shapes)}</svg>'
+    )

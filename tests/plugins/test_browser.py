@@ -1,0 +1,210 @@
+"""The status page in a real browser: a real ``airflow api-server`` with the plugin, headless Chromium.
+
+The API server runs in its own AIRFLOW_HOME (a tmp folder whose ``plugins/`` imports the
+plugin class) on the tests' metadata database, with the SimpleAuthManager letting everyone
+in as admin. Screenshots go to ``.dev/screenshots/`` (ignored by git).
+
+The lag chart reads the XCom return values of ``capture`` runs of ``pgsync_shop_cdc``. This
+test runs a stand-in of that DAG whose ``capture`` returns the positions the real capture
+operator does not return yet (``start_lsn``, ``upto_lsn``: see ``plugins.status``); its
+Params also give the trigger form something to show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, Database, RunDag, free_port
+from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = REPO / ".dev" / "screenshots"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PARAM_TITLES = ("Tables to rebaseline", "Rebaseline from scratch")
+
+
+def _wait_healthy(base: str, server: subprocess.Popen[bytes], log: Path, deadline_s: float = 180) -> None:
+    """Poll the health endpoint until it answers 200, the server exits or the deadline passes."""
+    deadline = time.monotonic() + deadline_s
+    last = ""
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"airflow api-server exited with {server.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=0.25)  # doubles as the poll interval; returns early if it exits
+    pytest.fail(
+        f"airflow api-server did not get healthy in {deadline_s:.0f} s ({last}):\n{log.read_text()[-4000:]}"
+    )
+
+
+@pytest.fixture
+def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
+    """A running ``airflow api-server`` with the plugin; yields its base URL."""
+    from airflow import settings
+
+    home = tmp_path / "airflow-home"
+    (home / "plugins").mkdir(parents=True)
+    (home / "dags").mkdir()
+    (home / "plugins" / "pgsync_status.py").write_text(
+        "from airflow_provider_pgsync.plugins.plugin import PgsyncStatusPlugin  # noqa: F401\n"
+    )
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=settings.SQL_ALCHEMY_CONN,
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
+        AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"),
+        AIRFLOW__CORE__AUTH_MANAGER="airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
+        AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
+        PGSYNC_CONFIG=str(shop.config),
+    )
+    log = tmp_path / "api-server.log"
+    airflow = Path(sys.executable).with_name("airflow")
+    with log.open("wb") as out:
+        server = subprocess.Popen(
+            [str(airflow), "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(base, server, log)
+        yield base
+    finally:
+        os.killpg(server.pid, 15)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, 9)
+            server.wait()
+
+
+def _cdc_stand_in(positions: list[tuple[str, str]]) -> Any:
+    """A DAG ``pgsync_shop_cdc`` whose ``capture`` returns the given (start, upto) positions in turn."""
+    from airflow.sdk import DAG, Param, task
+
+    with DAG(
+        "pgsync_shop_cdc",
+        schedule=None,
+        params={
+            "tables": Param("public.orders", type="string", title=PARAM_TITLES[0]),
+            "from_scratch": Param(False, type="boolean", title=PARAM_TITLES[1]),
+        },
+    ) as dag:
+
+        @task(task_id="capture")
+        def capture(**context: Any) -> dict[str, Any]:
+            start, upto = positions.pop(0)
+            return {"changes": 1, "start_lsn": start, "upto_lsn": upto, "advanced_to": upto}
+
+        @task(task_id="apply")
+        def apply() -> None:
+            return None
+
+        capture() >> apply()
+    return dag
+
+
+def _chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install it with `make deps` (or: apt-get install chromium)")
+    return CHROMIUM
+
+
+@pytest.fixture
+def cdc_dag_runs(airflow_db: None) -> Iterator[str]:
+    """The id of the stand-in cdc DAG; its runs and XComs are deleted from the session's metadata DB after."""
+    from airflow.api.common.delete_dag import delete_dag
+
+    yield "pgsync_shop_cdc"
+    delete_dag("pgsync_shop_cdc")
+
+
+@pytest.mark.slow
+def test_status_page_in_chromium(
+    shop: Shop, database: Database, run_dag: RunDag, cdc_dag_runs: str, api_server: str, tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    wal = [str(database.execute("SELECT pg_current_wal_lsn()::text")[0][0])]
+    database.execute("INSERT INTO customers SELECT g, 'x' FROM generate_series(100, 2000) g")
+    wal.append(str(database.execute("SELECT pg_current_wal_lsn()::text")[0][0]))
+    dag = _cdc_stand_in([(wal[0], wal[0]), (wal[0], wal[1])])
+    now = datetime.now(UTC)
+    run_dag(dag, logical_date=now - timedelta(minutes=10))
+    run_dag(dag, logical_date=now - timedelta(minutes=5))
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    profile = tmp_path / "chromium-profile"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch_persistent_context(
+            str(profile), executable_path=_chromium(), headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1280, "height": 1000},
+        )  # fmt: skip
+        try:
+            page = browser.new_page()
+            response = page.goto(f"{api_server}/pgsync/status")
+            assert response is not None and response.status == 200, response and response.text()
+            shop_section = page.locator('section[data-pipeline="shop"]')
+            assert shop_section.locator('tr[data-table="public.orders"] .phase').inner_text() == "Ready"
+            errored = shop_section.locator('tr[data-table="public.customers"]')
+            assert errored.locator(".phase").inner_text() == "Errored"
+            assert errored.locator(".reason").inner_text() == f"Reason: {ERROR_REASON}"
+            assert errored.locator(".remedy").inner_text() == f"Remedy: {ERROR_REMEDY}"
+            assert shop_section.locator("svg.lag-chart rect.lag-bar").count() == 2
+            assert "Last capture" in shop_section.inner_text()
+            offline = page.locator('section[data-pipeline="offline"]')
+            assert "cannot connect to the source" in offline.locator(".problem").nth(1).inner_text()
+            assert "Traceback" not in page.content()
+            page.screenshot(path=str(SCREENSHOTS / "pgsync-status.png"), full_page=True)
+
+            # the same page in the Airflow UI: the menu entry's route shows it in an iframe
+            page.goto(f"{api_server}/plugin/pgsync-status")
+            frame = page.frame_locator("iframe")
+            frame.locator('section[data-pipeline="shop"]').wait_for(timeout=30_000)
+            assert frame.locator('tr[data-table="public.customers"] .phase').inner_text() == "Errored"
+            page.screenshot(path=str(SCREENSHOTS / "pgsync-status-in-ui.png"), full_page=True)
+
+            # the trigger form of a DAG with Params shows a field per param
+            page.goto(f"{api_server}/dags/pgsync_shop_cdc")
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.get_by_role("dialog")
+            for title in PARAM_TITLES:
+                dialog.get_by_text(title).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(SCREENSHOTS / "trigger-form.png"), full_page=True)
+        finally:
+            browser.close()
+    shutil.rmtree(profile, ignore_errors=True)

@@ -1,0 +1,133 @@
+"""The status page's view model and HTML, from real states on the test database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.plugins.collect import collect_page
+from airflow_provider_pgsync.plugins.render import render_chart, render_page
+from airflow_provider_pgsync.plugins.status import (
+    NOT_SET_UP,
+    lag_history,
+    lag_seconds,
+    parse_watermark,
+    row_estimate,
+    table_rows,
+)
+from airflow_provider_pgsync.state import Init, PipelineState
+from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
+
+NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def test_collect_reads_state_source_and_config(shop: Shop, airflow_db: None) -> None:
+    page = collect_page(str(shop.config), now=NOW)
+    assert not page.problems
+    status = {p.name: p for p in page.pipelines}["shop"]
+    assert not status.problems, status.problems
+    rows = {r.table: r for r in status.tables}
+    assert [r.table for r in status.tables] == ["public.orders", "public.customers", "public.events"]
+    assert rows["public.orders"].phase == "Ready"
+    assert rows["public.orders"].rows == 1200 and "estimate" in rows["public.orders"].rows_note
+    assert rows["public.customers"].errored
+    assert (rows["public.customers"].reason, rows["public.customers"].solution) == (
+        ERROR_REASON,
+        ERROR_REMEDY,
+    )
+    assert rows["public.events"].phase == "SyncDone" and rows["public.events"].rows is None
+    assert "ANALYZE public.events" in rows["public.events"].rows_note
+    assert status.state_version == shop.state.version and status.last_end_lsn == shop.state.last_end_lsn
+    assert [(w.destination, w.lsn, w.seq) for w in status.watermarks] == [
+        ("lake", shop.state.last_end_lsn, 3)
+    ]
+    assert status.slot is not None and status.slot.lag_bytes is not None and status.slot.lag_bytes > 0
+    assert status.slot.confirmed_flush_lsn is not None and status.slot.current_lsn is not None
+    assert status.slot.lag_bytes == status.slot.current_lsn - status.slot.confirmed_flush_lsn
+    # no capture run yet: the time lag is unknown and the chart has no points, and says why
+    assert status.last_capture_at is None and status.lag_seconds is None
+    assert status.history == () and "no capture run" in status.history_note
+
+
+def test_unreachable_source_and_missing_state_are_problems_on_the_page(shop: Shop, airflow_db: None) -> None:
+    page = collect_page(str(shop.config), now=NOW)
+    offline = {p.name: p for p in page.pipelines}["offline"]
+    subjects = [p.subject for p in offline.problems]
+    assert subjects == ["state of pipeline offline", f"source connection {shop.offline_conn_id!r}"]
+    # the Variables store needs no connection to load: nothing is saved for this pipeline
+    assert "no state is saved" in offline.problems[0].message
+    assert "run the DAG pgsync_offline_setup" in offline.problems[0].remedy
+    assert "cannot connect to the source" in offline.problems[1].message
+    assert "Airflow connection 'pgsync_offline' points at it" in offline.problems[1].remedy
+    assert [r.phase for r in offline.tables] == [NOT_SET_UP]
+    html = render_page(page)
+    assert "Traceback" not in html and "cannot connect to the source" in html
+    assert "check that the server runs" in html  # the remedy travels with the message
+
+
+def test_state_saved_nowhere_says_to_run_setup(shop: Shop, database: object, airflow_db: None) -> None:
+    text = shop.config.read_text().replace("name: shop", "name: fresh").replace("changelog/shop", "cl/fresh")
+    config = shop.config.with_name("fresh.yaml")
+    config.write_text(text)
+    status = {p.name: p for p in collect_page(str(config), now=NOW).pipelines}["fresh"]
+    problems = {p.subject: p for p in status.problems}
+    assert "run the DAG pgsync_fresh_setup" in problems["state of pipeline fresh"].remedy
+    assert "replication slot pgsync_fresh" in problems
+
+
+def test_config_problems_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGSYNC_CONFIG", raising=False)
+    page = collect_page(now=NOW)
+    assert page.problems[0].subject == "pipeline config" and "PGSYNC_CONFIG" in page.problems[0].remedy
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipelines: [{name: x}]\n")
+    page = collect_page(str(bad), now=NOW)
+    assert page.problems[0].subject == f"pipeline config {bad}"
+    assert "source_conn_id" in page.problems[0].message
+
+
+def test_html_escapes_data(shop: Shop, airflow_db: None) -> None:
+    html = render_page(collect_page(str(shop.config), now=NOW))
+    assert "<b>price</b>" not in html and "&lt;b&gt;price&lt;/b&gt;" in html
+    assert 'data-table="public.customers"' in html and "Remedy: ALTER the destination column" in html
+
+
+# ---- pure rules -------------------------------------------------------------------------------
+
+
+def test_table_rows_keep_config_order_and_show_tables_the_config_lost() -> None:
+    state = PipelineState("p").with_table_phase("public.gone", Init())
+    rows = table_rows(["public.a"], state, {"public.a": 10.4, "public.gone": None})
+    assert [(r.table, r.phase, r.rows, r.in_config) for r in rows] == [
+        ("public.a", NOT_SET_UP, 10, True),
+        ("public.gone", "Init", None, False),
+    ]
+    assert "no longer in the config" in rows[1].detail
+    assert row_estimate("public.a", None) == (None, "unknown: the source could not be read")
+
+
+def test_watermark_and_lag_seconds() -> None:
+    assert parse_watermark("lake", "0/16B3748/7") == parse_watermark("lake", "0/16B3748/7")
+    mark = parse_watermark("lake", "0/16B3748/7")
+    assert (mark.lsn, mark.seq) == (LSN.parse("0/16B3748"), 7)
+    assert parse_watermark("pg", "none").lsn is None
+    assert lag_seconds(0, None, NOW) == 0.0
+    assert lag_seconds(10, None, NOW) is None
+    assert lag_seconds(10, NOW - timedelta(minutes=3), NOW) == 180.0
+
+
+def test_lag_history_uses_positions_and_says_which_runs_had_none() -> None:
+    runs = [
+        (NOW, "r3", {"start_lsn": "0/100", "upto_lsn": "0/300", "changes": 4}),
+        (NOW - timedelta(minutes=5), "r2", {"changes": 1, "advanced_to": "0/100"}),
+        (NOW - timedelta(minutes=10), "r1", {"start_lsn": "0/0", "upto_lsn": "0/80"}),
+    ]
+    points, note = lag_history(runs)
+    assert [(p.run_id, p.lag_bytes) for p in points] == [("r1", 0x80), ("r3", 0x200)]
+    assert note.startswith("1 capture run(s) returned no start_lsn and upto_lsn")
+    svg = render_chart(points)
+    assert svg.count('class="lag-bar"') == 2 and svg.startswith("<svg")
+    assert "No capture runs" in render_chart(())
