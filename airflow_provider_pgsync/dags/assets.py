@@ -1,0 +1,69 @@
+"""Airflow Assets of a pipeline: one per destination table, and the apply operator that emits
+an asset event only for the tables whose changes it applied.
+
+Airflow 3 registers an event for *every* Asset a task declares in ``outlets`` when the task
+succeeds (``TaskInstance.register_asset_changes_in_db``): declared Assets are all-or-nothing.
+The supported way to emit events for some of them is an ``AssetAlias`` outlet, to which the
+task adds the Assets that changed (``context["outlet_events"][alias].add(asset, extra=...)``).
+So the apply task declares one alias per destination (``destination_alias``) and adds the
+destination tables that changed; a DAG downstream schedules on ``table_asset(...)`` (the same
+name and URI) or on the alias.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+from airflow.sdk import Asset, AssetAlias, Context
+
+from airflow_provider_pgsync.operators.apply import PgApplyOperator
+from airflow_provider_pgsync.pipeline.destination_configs import (
+    LakeDestinationConfig,
+    PostgresDestinationConfig,
+)
+from airflow_provider_pgsync.source.names import TableRef
+
+ASSET_SCHEME = "pgsync"
+
+
+def table_asset(pipeline: str, destination: str, table: str) -> Asset:
+    """The Asset of one destination table: ``pgsync://<pipeline>/<destination>/<schema>.<table>``
+    (schema and table percent-encoded, so any PostgreSQL name gives a valid URI)."""
+    ref = TableRef.parse(table)
+    path = f"{quote(ref.schema, safe='')}.{quote(ref.name, safe='')}"
+    return Asset(uri=f"{ASSET_SCHEME}://{pipeline}/{quote(destination, safe='')}/{path}")
+
+
+def destination_alias(pipeline: str, destination: str) -> AssetAlias:
+    """The AssetAlias through which apply emits the events of a destination's tables."""
+    return AssetAlias(name=f"pgsync_{pipeline}_{destination}")
+
+
+class PgApplyAssetsOperator(PgApplyOperator):
+    """``PgApplyOperator`` that, on success, emits an asset event for each destination table
+    with applied changes (extra: ``applied``, ``phase``), through the aliases in ``outlets``.
+
+    With several destinations the count is the table's total over them (the operator reports
+    per table), so a table that changed is announced for every destination.
+    """
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        result = super().execute(context)
+        events = context["outlet_events"]
+        for config in self.destinations:
+            name = _destination_name(config)
+            alias = destination_alias(self.pipeline, name)
+            for table, applied in result.items():
+                if applied["applied"] > 0:
+                    asset = table_asset(self.pipeline, name, table)
+                    events[alias].add(asset, extra={"applied": applied["applied"], "phase": applied["phase"]})
+        return result
+
+
+def _destination_name(config: dict[str, Any]) -> str:
+    """A destination config's name, as the pipeline config names it (the key of its watermark)."""
+    values = {k: v for k, v in config.items() if k != "kind"}
+    if config.get("kind", "lake") == "postgres":
+        return PostgresDestinationConfig(**values).name
+    return LakeDestinationConfig(**values).name

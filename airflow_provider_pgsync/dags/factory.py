@@ -1,0 +1,245 @@
+"""The DAG factory: the five DAGs of each pipeline, built from its config.
+
+Per pipeline ``<name>``:
+
+- ``pgsync_<name>_setup`` (manual): preflight -> publication -> slot -> table states Init ->
+  triggers the baseline DAG for the tables in Init;
+- ``pgsync_<name>_baseline`` (manual; Params ``tables``, ``mode``, ``backfill_filter``): one
+  mapped ``PgBaselineOperator`` task per chosen table;
+- ``pgsync_<name>_cdc`` (the config's cdc schedule): capture, then apply into every destination,
+  emitting an asset event per destination table that changed;
+- ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
+  ``PgCompactOperator`` per lake destination;
+- ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state.
+
+Building a DAG touches no connection: the tasks connect when they run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.sdk import DAG, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_provider_pgsync.dags import params as dag_params
+from airflow_provider_pgsync.dags import tasks
+from airflow_provider_pgsync.dags.assets import PgApplyAssetsOperator, destination_alias
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+from airflow_provider_pgsync.operators.capture import PgCaptureOperator
+from airflow_provider_pgsync.operators.compact import PgCompactOperator
+from airflow_provider_pgsync.operators.replication import (
+    PgCreatePublicationOperator,
+    PgCreateSlotOperator,
+    PgDropSlotOperator,
+    PgPreflightOperator,
+)
+from airflow_provider_pgsync.pipeline.config import PipelineConfig
+from airflow_provider_pgsync.pipeline.reading import pipelines_from
+
+START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+"""Start date of every pipeline DAG (runs never catch up)."""
+
+_TABLE_NAME = "{{ task.table if task.table is string else task.table['table'] }}"
+"""The label of a mapped baseline task in the UI: its table's name."""
+
+PipelineSource = str | os.PathLike[str] | PipelineConfig | Mapping[str, Any] | Iterable[PipelineConfig]
+
+
+def dag_id(pipeline: str, kind: str) -> str:
+    """The id of a pipeline's DAG of ``kind`` (setup, baseline, cdc, compact, teardown)."""
+    return f"pgsync_{pipeline}_{kind}"
+
+
+def build_dags(pipelines: PipelineSource) -> dict[str, DAG]:
+    """Every DAG of every pipeline (a YAML path, a mapping, one PipelineConfig or a list), by DAG id.
+
+    A drop-in DAG file puts the result into its globals: ``globals().update(build_dags(path))``.
+    """
+    dags: dict[str, DAG] = {}
+    for config in pipelines_from(pipelines):
+        for dag in pipeline_dags(config):
+            dags[dag.dag_id] = dag
+    return dags
+
+
+def pipeline_dags(config: PipelineConfig) -> list[DAG]:
+    """The DAGs of one pipeline: setup, baseline, cdc, compact, teardown; without a lake
+    destination only setup, cdc and teardown (the baseline writes lake destinations only)."""
+    if not config.lake_destinations:  # the baseline and compaction write lake destinations only
+        return [setup_dag(config), cdc_dag(config), teardown_dag(config)]
+    return [
+        setup_dag(config),
+        baseline_dag(config),
+        cdc_dag(config),
+        compact_dag(config),
+        teardown_dag(config),
+    ]
+
+
+def _dag(config: PipelineConfig, kind: str, doc: str, **kwargs: Any) -> DAG:
+    kwargs.setdefault("schedule", None)
+    return DAG(
+        dag_id(config.name, kind),
+        start_date=START_DATE,
+        catchup=False,
+        tags=["pgsync", config.name],
+        doc_md=doc,
+        **kwargs,
+    )
+
+
+def _tables_md(config: PipelineConfig) -> str:
+    return ", ".join(f"`{key}`" for key in config.table_keys)
+
+
+def _destinations_md(config: PipelineConfig) -> str:
+    return ", ".join(f"`{d.name}` ({d.kind})" for d in config.destinations)
+
+
+def setup_dag(config: PipelineConfig) -> DAG:
+    """Preflight, publication, slot, table states Init, then the baseline of the tables in Init."""
+    baseline_id = dag_id(config.name, "baseline")
+    then = (
+        f"then triggers `{baseline_id}` for the tables in Init"
+        if config.lake_destinations
+        else "(the pipeline has no lake destination, so no baseline DAG: the tables wait in Init for "
+        "a baseline made otherwise)"
+    )
+    doc = (
+        f"### pgsync pipeline `{config.name}`: setup\n\n"
+        f"Checks that source `{config.source_conn_id}` can replicate {_tables_md(config)} (preflight), "
+        f"creates or updates publication `{config.publication_name}`, creates slot "
+        f"`{config.slot_name}`, records the slot and puts new tables in phase Init in the pipeline "
+        f"state, {then}. Every step is idempotent: run it again after adding tables to the config."
+    )
+    with _dag(config, "setup", doc, max_active_runs=1) as dag:
+        preflight = PgPreflightOperator(task_id="preflight", **config.preflight_kwargs())
+        publication = PgCreatePublicationOperator(task_id="create_publication", **config.publication_kwargs())
+        slot = PgCreateSlotOperator(task_id="create_slot", **config.slot_kwargs())
+
+        @task(task_id="init_table_states")
+        def init_table_states() -> dict[str, str]:
+            """Record the slot and put the config's new tables in phase Init."""
+            return tasks.init_tables(config)
+
+        @task(task_id="tables_to_baseline")
+        def tables_to_baseline(phases: dict[str, str]) -> list[str]:
+            """The tables in phase Init; skips the trigger when there is none."""
+            waiting = [key for key, phase in phases.items() if phase == "Init"]
+            if not waiting:
+                raise AirflowSkipException(
+                    f"every table of pipeline {config.name!r} is past Init: nothing to baseline "
+                    f"(trigger {baseline_id} to rebaseline a table)"
+                )
+            return waiting
+
+        phases: Any = init_table_states()  # an XComArg: the dict at run time
+        preflight >> publication >> slot >> phases
+        if config.lake_destinations:
+            waiting = tables_to_baseline(phases)
+            waiting >> TriggerDagRunOperator(
+                task_id="trigger_baseline",
+                trigger_dag_id=baseline_id,
+                conf={"tables": waiting, "mode": "rebaseline"},
+            )
+    return dag
+
+
+def baseline_dag(config: PipelineConfig) -> DAG:
+    """One mapped baseline task per table chosen in the trigger form."""
+    doc = (
+        f"### pgsync pipeline `{config.name}`: baseline\n\n"
+        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into the lake "
+        "destinations, one Spark job and one mapped task per table, each from one exported snapshot, "
+        "and hands each table off to the stream exactly (SyncDone, then Ready at the next cdc run). "
+        "The other tables keep their phase and keep streaming.\n\n"
+        "Param `mode`: `rebaseline` (the only one supported so far; also the first baseline after "
+        "setup). `backfill` (re-send only rows matching `backfill_filter`) fails with an error: "
+        "the baseline operator cannot re-send part of a table yet."
+    )
+    with _dag(config, "baseline", doc, max_active_runs=1, params=dag_params.baseline_params(config)) as dag:
+
+        @task(task_id="choose_tables")
+        def choose_tables() -> list[str | dict[str, Any]]:
+            """The tables of the trigger form, checked (ConfigError naming a bad param)."""
+            return dag_params.chosen_tables(config, get_current_context()["params"])
+
+        kwargs = config.baseline_kwargs(config.tables[0], rebaseline=True)
+        del kwargs["table"]
+        PgBaselineOperator.partial(task_id="baseline", map_index_template=_TABLE_NAME, **kwargs).expand(
+            table=choose_tables()
+        )
+    return dag
+
+
+def cdc_dag(config: PipelineConfig) -> DAG:
+    """Capture one bounded batch, then apply it into every destination."""
+    doc = (
+        f"### pgsync pipeline `{config.name}`: change data capture\n\n"
+        f"Schedule `{config.schedules.cdc}`. `capture` peeks a bounded batch from slot "
+        f"`{config.slot_name}` into the changelog and advances the slot; `apply` applies the "
+        f"changelog into {_destinations_md(config)} and emits an asset event for each destination "
+        f"table with applied changes (`pgsync://{config.name}/<destination>/<schema>.<table>`, "
+        "through the asset alias `pgsync_<pipeline>_<destination>`).\n\n"
+        "Apply is one task for all destinations: a table's phase is shared by its destinations, so "
+        "its move from SyncDone to Ready must wait for every destination."
+    )
+    with _dag(config, "cdc", doc, schedule=config.schedules.cdc, max_active_runs=1) as dag:
+        capture = PgCaptureOperator(task_id="capture", **config.capture_kwargs())
+        apply = PgApplyAssetsOperator(
+            task_id="apply",
+            outlets=[destination_alias(config.name, d.name) for d in config.destinations],
+            **config.apply_kwargs(),
+        )
+        capture >> apply
+    return dag
+
+
+def compact_dag(config: PipelineConfig) -> DAG:
+    """Fold the lake's segments into new base versions, one Spark job per lake destination."""
+    doc = (
+        f"### pgsync pipeline `{config.name}`: lake compaction\n\n"
+        f"Schedule `{config.schedules.compact}`. For each lake destination, a Spark job folds the "
+        f"segments apply wrote into the next base version of {_tables_md(config)}, swapped in "
+        "atomically. Running it again without new segments changes nothing."
+    )
+    with _dag(config, "compact", doc, schedule=config.schedules.compact, max_active_runs=1) as dag:
+        for name, kwargs in config.compact_kwargs().items():
+            PgCompactOperator(task_id=f"compact_{name}", **kwargs)
+    return dag
+
+
+def teardown_dag(config: PipelineConfig) -> DAG:
+    """Drop slot, publication and state, once param ``confirm`` names the pipeline."""
+    doc = (
+        f"### pgsync pipeline `{config.name}`: teardown\n\n"
+        f"Set param `confirm` to `{config.name}`; otherwise the run fails before touching anything. "
+        f"Then drops slot `{config.slot_name}` (the source stops keeping WAL for it), publication "
+        f"`{config.publication_name}` and the pipeline state. The changelog and the destinations' "
+        "tables are kept; run setup again to start over (every table is baselined again)."
+    )
+    with _dag(config, "teardown", doc, max_active_runs=1, params=dag_params.teardown_params(config)) as dag:
+
+        @task(task_id="check_confirmation")
+        def check_confirmation() -> None:
+            """Fail unless param ``confirm`` is the pipeline's name."""
+            dag_params.check_confirmation(config, get_current_context()["params"])
+
+        @task(task_id="drop_publication")
+        def drop_publication() -> bool:
+            """Drop the pipeline's publication if it exists."""
+            return tasks.drop_publication(config)
+
+        @task(task_id="delete_state")
+        def delete_state() -> bool:
+            """Delete the pipeline's state."""
+            return tasks.delete_state(config)
+
+        drop_slot = PgDropSlotOperator(task_id="drop_slot", **config.slot_kwargs())
+        check_confirmation() >> drop_slot >> drop_publication() >> delete_state()
+    return dag

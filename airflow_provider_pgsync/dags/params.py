@@ -1,0 +1,117 @@
+"""The trigger-form Params of the baseline and teardown DAGs, and the checks of their values.
+
+The checks run in the DAGs' first task, so a bad value fails the run before anything is
+touched, with an error naming the param and what it must be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import Param
+
+from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.pipeline.config import PipelineConfig
+
+MODES = ("rebaseline", "backfill")
+
+
+def baseline_params(config: PipelineConfig) -> dict[str, Param]:
+    """``tables`` (a multi-select of the config's tables, default all), ``mode`` and
+    ``backfill_filter``."""
+    keys = list(config.table_keys)
+    return {
+        "tables": Param(
+            keys,
+            type="array",
+            items={"type": "string", "enum": keys},
+            examples=keys,
+            uniqueItems=True,
+            minItems=1,
+            title="Tables",
+            description="The tables to baseline (default: all of the pipeline's tables).",
+        ),
+        "mode": Param(
+            MODES[0],
+            type="string",
+            enum=list(MODES),
+            title="Mode",
+            description=(
+                "rebaseline: copy each table again from one snapshot and hand it off to the stream; "
+                "the other tables keep streaming. backfill: re-send only the rows matching "
+                "backfill_filter (not supported yet)."
+            ),
+        ),
+        "backfill_filter": Param(
+            None,
+            type=["null", "string"],
+            title="Backfill filter",
+            description="backfill only: a SQL condition selecting the rows to re-send, e.g. id > 1000.",
+        ),
+    }
+
+
+def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> list[str | dict[str, Any]]:
+    """The tables the baseline run is asked for, as ``PgBaselineOperator`` takes them (config
+    order); ConfigError naming the param for a value that cannot be run."""
+    mode = params.get("mode", MODES[0])
+    if mode == "backfill":
+        raise ConfigError(
+            f"param 'mode' = 'backfill' is not supported yet for pipeline {config.name!r}: "
+            "PgBaselineOperator has no way to re-send only the rows matching 'backfill_filter' without "
+            "replacing the table's base; use mode 'rebaseline' (copies the whole table again)"
+        )
+    if mode != "rebaseline":
+        raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {mode!r}")
+    if params.get("backfill_filter"):
+        raise ConfigError("param 'backfill_filter' is for mode 'backfill' only; clear it to rebaseline")
+    asked = params.get("tables")
+    if asked is None:
+        asked = list(config.table_keys)
+    if isinstance(asked, str) or not isinstance(asked, Sequence) or not asked:
+        raise ConfigError(
+            f"param 'tables' must be a non-empty list of the pipeline's tables "
+            f"({', '.join(config.table_keys)}), not {asked!r}"
+        )
+    unknown = [t for t in asked if not isinstance(t, str) or not _known(config, t)]
+    if unknown:
+        raise ConfigError(
+            f"param 'tables': pipeline {config.name!r} has no table {', '.join(map(str, unknown))}; "
+            f"its tables: {', '.join(config.table_keys)}"
+        )
+    wanted = {config.table(t).key for t in asked}
+    return [t.to_entry() for t in config.tables if t.key in wanted]
+
+
+def _known(config: PipelineConfig, table: str) -> bool:
+    try:
+        config.table(table)
+    except (ConfigError, ValueError):
+        return False
+    return True
+
+
+def teardown_params(config: PipelineConfig) -> dict[str, Param]:
+    """``confirm``: must be the pipeline's name for teardown to drop anything."""
+    return {
+        "confirm": Param(
+            "",
+            type="string",
+            title="Confirm",
+            description=(
+                f"Type the pipeline name ({config.name}) to drop its replication slot, publication "
+                "and state. The changelog and the destinations' tables are kept."
+            ),
+        )
+    }
+
+
+def check_confirmation(config: PipelineConfig, params: Mapping[str, Any]) -> None:
+    """ConfigError unless param ``confirm`` equals the pipeline's name."""
+    given = params.get("confirm")
+    if given != config.name:
+        raise ConfigError(
+            f"param 'confirm' must be the pipeline name {config.name!r} to tear pipeline {config.name!r} "
+            f"down, not {given!r}; nothing was dropped"
+        )

@@ -1,0 +1,199 @@
+"""The DAG factory's DAGs as built (no database): ids, tasks, schedules, params, tags, docs,
+assets, and the checks of the trigger-form values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG, Asset
+from airflow.sdk.exceptions import ParamValidationError
+
+from airflow_provider_pgsync.dags import build_dags, destination_alias, table_asset
+from airflow_provider_pgsync.dags.params import check_confirmation, chosen_tables
+from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
+from airflow_provider_pgsync.pipeline import (
+    PipelineConfig,
+    PipelineConfigError,
+    PostgresDestinationConfig,
+    Schedules,
+    TableConfig,
+)
+
+MINIMAL = {"name": "shop", "source_conn_id": "shop_db", "tables": ["orders", "public.customers"]}
+
+
+def _tasks(dag: DAG) -> set[str]:
+    return set(dag.task_dict)
+
+
+def _upstream(dag: DAG, task_id: str) -> set[str]:
+    return set(dag.get_task(task_id).upstream_task_ids)
+
+
+def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
+    dags = build_dags(MINIMAL)
+    assert set(dags) == {f"pgsync_shop_{k}" for k in ("setup", "baseline", "cdc", "compact", "teardown")}
+    assert all(dag.dag_id == key for key, dag in dags.items())
+    setup, baseline, cdc = dags["pgsync_shop_setup"], dags["pgsync_shop_baseline"], dags["pgsync_shop_cdc"]
+    compact, teardown = dags["pgsync_shop_compact"], dags["pgsync_shop_teardown"]
+
+    assert _tasks(setup) == {
+        "preflight", "create_publication", "create_slot", "init_table_states", "tables_to_baseline",
+        "trigger_baseline",
+    }  # fmt: skip
+    chain = ["preflight", "create_publication", "create_slot", "init_table_states", "tables_to_baseline"]
+    for before, after in zip(chain, [*chain[1:], "trigger_baseline"], strict=True):
+        assert _upstream(setup, after) == {before}, after
+    trigger: Any = setup.get_task("trigger_baseline")
+    assert trigger.trigger_dag_id == "pgsync_shop_baseline"
+
+    assert _tasks(baseline) == {"choose_tables", "baseline"}
+    mapped: Any = baseline.get_task("baseline")
+    assert mapped.operator_class is PgBaselineOperator
+    assert _upstream(baseline, "baseline") == {"choose_tables"}
+
+    assert _tasks(cdc) == {"capture", "apply"} and _upstream(cdc, "apply") == {"capture"}
+    assert _tasks(compact) == {"compact_lake"}
+    assert _tasks(teardown) == {"check_confirmation", "drop_slot", "drop_publication", "delete_state"}
+    assert _upstream(teardown, "drop_slot") == {"check_confirmation"}
+    assert _upstream(teardown, "drop_publication") == {"drop_slot"}
+    assert _upstream(teardown, "delete_state") == {"drop_publication"}
+
+    for kind, dag in dags.items():
+        assert sorted(dag.tags) == ["pgsync", "shop"], kind
+        assert dag.doc_md and "`shop`" in dag.doc_md, kind
+        assert dag.catchup is False, kind
+
+
+def test_schedules_come_from_the_config_and_manual_dags_have_none() -> None:
+    config = PipelineConfig.from_mapping(
+        {**MINIMAL, "schedules": {"cdc": "*/2 * * * *", "compact": "@weekly"}}
+    )
+    dags = build_dags(config)
+    cdc, compact = dags["pgsync_shop_cdc"], dags["pgsync_shop_compact"]
+    assert getattr(cdc.timetable, "expression", None) == "*/2 * * * *", cdc.timetable
+    assert cdc.max_active_runs == 1
+    assert getattr(compact.timetable, "expression", None) == "0 0 * * 0", compact.timetable  # @weekly
+    for kind in ("setup", "baseline", "teardown"):
+        assert type(dags[f"pgsync_shop_{kind}"].timetable).__name__ == "NullTimetable", kind
+
+    manual = build_dags(PipelineConfig.from_mapping({**MINIMAL, "schedules": {"cdc": None, "compact": None}}))
+    assert type(manual["pgsync_shop_cdc"].timetable).__name__ == "NullTimetable"
+    assert type(manual["pgsync_shop_compact"].timetable).__name__ == "NullTimetable"
+
+
+def test_the_baseline_and_teardown_params() -> None:
+    dags = build_dags(MINIMAL)
+    params = dags["pgsync_shop_baseline"].params
+    tables = params.get_param("tables")
+    assert tables.value == ["public.orders", "public.customers"]
+    assert tables.schema["type"] == "array"
+    assert tables.schema["items"]["enum"] == ["public.orders", "public.customers"]
+    assert params.get_param("mode").value == "rebaseline"
+    assert params.get_param("mode").schema["enum"] == ["rebaseline", "backfill"]
+    assert params.get_param("backfill_filter").value is None
+    params.validate()  # the defaults are valid
+    for wrong in (["public.nope"], []):
+        with pytest.raises(ParamValidationError):
+            tables.resolve(wrong)
+    with pytest.raises(ParamValidationError):
+        params.get_param("mode").resolve("merge")
+
+    confirm = dags["pgsync_shop_teardown"].params.get_param("confirm")
+    assert confirm.value == "" and "shop" in (confirm.description or "")
+
+
+def test_the_mapped_baseline_gets_the_configs_baseline_arguments() -> None:
+    config = PipelineConfig.from_mapping(
+        {**MINIMAL, "baseline": {"target_partition_mb": 8, "copy_path": "off"}}
+    )
+    mapped: Any = build_dags(config)["pgsync_shop_baseline"].get_task("baseline")
+    expected = config.baseline_kwargs("orders", rebaseline=True)
+    del expected["table"]
+    partial = mapped.partial_kwargs
+    for key, value in expected.items():
+        assert partial[key] == value, key
+    assert partial["rebaseline"] is True and "table" in mapped.expand_input.value
+
+
+def test_no_baseline_or_compact_dag_without_a_lake_destination_and_assets_per_destination() -> None:
+    config = PipelineConfig(
+        name="crm",
+        source_conn_id="crm_db",
+        tables=(TableConfig("accounts"),),
+        destinations=(PostgresDestinationConfig(conn_id="replica_db", name="replica"),),
+        schedules=Schedules(cdc="@hourly"),
+    )
+    dags = build_dags(config)
+    assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_cdc", "pgsync_crm_teardown"}
+    assert _tasks(dags["pgsync_crm_setup"]) == {
+        "preflight",
+        "create_publication",
+        "create_slot",
+        "init_table_states",
+    }
+    assert "no lake destination" in (dags["pgsync_crm_setup"].doc_md or "")
+    apply = dags["pgsync_crm_cdc"].get_task("apply")
+    assert apply.outlets == [destination_alias("crm", "replica")]
+
+
+def test_table_assets_have_valid_distinct_uris() -> None:
+    asset = table_asset("shop", "lake", "public.orders")
+    assert asset == Asset(uri="pgsync://shop/lake/public.orders")
+    assert asset.name == asset.uri
+    odd = table_asset("shop", "lake", '"My Schema"."Odd/Name"')
+    assert odd.uri == "pgsync://shop/lake/My%20Schema.Odd%2FName"
+    assert len({asset.uri, odd.uri, table_asset("shop", "replica", "orders").uri}) == 3
+
+
+def test_pipelines_that_clash_are_refused() -> None:
+    with pytest.raises(PipelineConfigError, match="shop"):
+        build_dags({"pipelines": [MINIMAL, MINIMAL]})
+
+
+# ---- the checks of the trigger-form values ----------------------------------------------------
+
+CONFIG = PipelineConfig.from_mapping(
+    {**MINIMAL, "tables": ["orders", {"table": "customers", "columns": ["id", "name"]}]}
+)
+
+
+def test_chosen_tables_keep_config_order_and_entries() -> None:
+    assert chosen_tables(CONFIG, {"tables": ["public.customers", "orders"], "mode": "rebaseline"}) == [
+        "public.orders",
+        {"table": "public.customers", "columns": ["id", "name"]},
+    ]
+    assert chosen_tables(CONFIG, {}) == [
+        "public.orders",
+        {"table": "public.customers", "columns": ["id", "name"]},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"mode": "backfill", "backfill_filter": "id > 1"},
+            r"'mode' = 'backfill' is not supported.*backfill_filter",
+        ),
+        ({"mode": "merge"}, r"param 'mode' must be one of rebaseline, backfill, not 'merge'"),
+        ({"backfill_filter": "id > 1"}, r"param 'backfill_filter' is for mode 'backfill' only"),
+        ({"tables": []}, r"param 'tables' must be a non-empty list.*public\.orders"),
+        ({"tables": "orders"}, r"param 'tables' must be a non-empty list"),
+        ({"tables": ["orders", "public.nope"]}, r"param 'tables': pipeline 'shop' has no table public\.nope"),
+    ],
+)
+def test_bad_baseline_params_are_refused_naming_the_param(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        chosen_tables(CONFIG, params)
+
+
+def test_the_teardown_confirmation_must_be_the_pipeline_name() -> None:
+    check_confirmation(CONFIG, {"confirm": "shop"})
+    for wrong in ("", "Shop", "crm", None):
+        with pytest.raises(
+            ConfigError, match=r"param 'confirm' must be the pipeline name 'shop'.*nothing was dropped"
+        ):
+            check_confirmation(CONFIG, {"confirm": wrong})
