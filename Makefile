@@ -8,10 +8,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.pgsync-installed
 
-.PHONY: demo test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
+.PHONY: demo ui test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
 
 demo: deps venv
 	$(PY) dev/demo.py
+
+ui: deps venv
+	$(PY) dev/ui.py
 
 test: deps venv lint typecheck pytest
 

@@ -1,85 +1,273 @@
-"""`make demo`: the source side of pgsync, end to end, on the local development server.
+"""`make demo`: one pipeline end to end through Airflow on the local development server.
 
-Starts the private PostgreSQL cluster, creates a demo database with one table, runs
-preflight, creates the publication and the slot, makes a few changes and prints them
-as the slot delivers them, decoded, one line per change.
+1. starts the private PostgreSQL cluster and creates database ``pgsync_demo`` with three
+   tables: ``orders`` (a TOASTed ``note`` column, STORAGE EXTERNAL), ``customers``, and
+   ``events`` without a primary key (REPLICA IDENTITY FULL);
+2. writes the pipeline config ``.dev/demo/pgsync.yaml`` (lake destination, changelog and
+   warehouse under ``.dev/demo``) and loads the drop-in ``dags/pgsync.py`` with it;
+3. runs the DAGs with ``dag.test()`` in a fresh Airflow home (``.dev/airflow-demo``): setup,
+   the baseline of every table while a writer commits inserts, updates and deletes, several
+   cdc runs (the writer still busy during the first ones), and the lake's compaction;
+4. compares each table of the source with its lake view (row count and a checksum of every
+   row's text, computed alike by PostgreSQL and Spark) and prints one line per table.
+
+The last line is ``demo: in sync, <N> tables, <M> rows`` when every table matches; the exit
+code is 1 otherwise. ``make ui`` then shows the runs and the status page.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import random
+import shutil
 import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from pgcluster import REPO, dev_cluster
 
 DEMO_DB = "pgsync_demo"
-SLOT = "pgsync_demo_slot"
-PUBLICATION = "pgsync_demo_pub"
 CONN_ID = "pgsync_demo_source"
+PIPELINE = "demo"
+DEMO = REPO / ".dev" / "demo"
+AIRFLOW_HOME = REPO / ".dev" / "airflow-demo"
+CDC_RUNS = 3
 
 SCHEMA = """
-CREATE TABLE public.orders (
+CREATE TABLE customers (id bigint PRIMARY KEY, name text NOT NULL, country text);
+CREATE TABLE orders (
     id bigint PRIMARY KEY,
-    customer text NOT NULL,
+    customer_id bigint NOT NULL,
     amount numeric(10, 2),
+    status text NOT NULL,
     note text
 );
-ALTER TABLE public.orders ALTER COLUMN note SET STORAGE EXTERNAL;
+ALTER TABLE orders ALTER COLUMN note SET STORAGE EXTERNAL;
+CREATE TABLE events (customer_id bigint, kind text, payload text);
+ALTER TABLE events REPLICA IDENTITY FULL;
+INSERT INTO customers SELECT g, 'customer ' || g, (ARRAY['NL', 'DE', 'FR', NULL])[g % 4 + 1]
+  FROM generate_series(1, 5000) g;
+INSERT INTO orders SELECT g, g % 5000 + 1, (g % 977) * 1.25, 'new',
+  CASE WHEN g % 50 = 0 THEN repeat('long note ' || g || ' ', 1000) ELSE 'note ' || g END
+  FROM generate_series(1, 20000) g;
+INSERT INTO events SELECT g % 5000 + 1, (ARRAY['view', 'click', 'buy'])[g % 3 + 1], 'payload ' || g
+  FROM generate_series(1, 10000) g;
+ANALYZE;
 """
 
-CHANGES = [
-    "INSERT INTO orders VALUES (1, 'ada', 12.50, repeat('long note ', 1000)), (2, 'grace', 7.25, NULL)",
-    "UPDATE orders SET amount = 13.00 WHERE id = 1",
-    "UPDATE orders SET id = 20 WHERE id = 2",
-    "DELETE FROM orders WHERE id = 20",
-    "TRUNCATE orders",
-]
+# every column's text is the same in PostgreSQL and Spark for these types (bigint, text,
+# numeric with a scale), so both sides hash the same string per row
+COLUMNS = {
+    "public.customers": ["id", "name", "country"],
+    "public.orders": ["id", "customer_id", "amount", "status", "note"],
+    "public.events": ["customer_id", "kind", "payload"],
+}
+
+
+class Writer(threading.Thread):
+    """Commits small transactions of inserts, updates (some leaving the TOASTed note
+    unchanged), key changes and deletes on all three tables until stopped."""
+
+    def __init__(self, conninfo: str) -> None:
+        super().__init__(name="demo writer", daemon=True)
+        self.conninfo = conninfo
+        self.stopping = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rng = random.Random(2026)
+        next_order = 1_000_000
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                while not self.stopping.is_set():
+                    with conn.transaction():
+                        for _ in range(rng.randint(1, 5)):
+                            next_order += 1
+                            self._one(conn, rng, next_order)
+                    self.transactions += 1
+                    self.stopping.wait(0.002)  # a steady stream, not a flood: pacing, not a sync
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    @staticmethod
+    def _one(conn: psycopg.Connection[Any], rng: random.Random, new_id: int) -> None:
+        order = rng.randint(1, 20000)
+        choice = rng.random()
+        if choice < 0.3:
+            conn.execute(
+                "INSERT INTO orders VALUES (%s, %s, %s, 'new', repeat('fresh note ', %s))",
+                (new_id, rng.randint(1, 5000), rng.randint(1, 9999) / 4, rng.choice([1, 1000])),
+            )
+        elif choice < 0.6:  # the note stays as it was: unchanged TOAST in the stream
+            conn.execute(
+                "UPDATE orders SET status = %s, amount = amount + 1 WHERE id = %s",
+                (rng.choice(["paid", "sent", "returned"]), order),
+            )
+        elif choice < 0.65:
+            conn.execute("UPDATE orders SET id = %s WHERE id = %s", (new_id, order))
+        elif choice < 0.75:
+            conn.execute("DELETE FROM orders WHERE id = %s", (order,))
+        elif choice < 0.85:
+            conn.execute(
+                "UPDATE customers SET name = name || '!' WHERE id = %s", (rng.randint(1, 5000),)
+            )
+        elif choice < 0.95:
+            conn.execute(
+                "INSERT INTO events VALUES (%s, 'click', %s)", (rng.randint(1, 5000), f"payload {new_id}")
+            )
+        else:
+            conn.execute(
+                "DELETE FROM events WHERE ctid = (SELECT ctid FROM events WHERE customer_id = %s LIMIT 1)",
+                (rng.randint(1, 5000),),
+            )
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=60)
+        if self.error is not None:
+            raise RuntimeError(f"the demo writer failed: {self.error}") from self.error
+
+
+def write_config(path: Path) -> None:
+    path.write_text(
+        f"""# the demo pipeline (dev/demo.py); passwords live in the Airflow connection
+pipelines:
+  - name: {PIPELINE}
+    source_conn_id: {CONN_ID}
+    tables: [{", ".join(COLUMNS)}]
+    destinations:
+      - kind: lake
+        warehouse: {DEMO / "lake"}
+    state: {{backend: postgres}}
+    changelog: {{uri: {DEMO / "changelog"}}}
+    schedules: {{cdc: null, compact: null}}
+"""
+    )
+
+
+def fresh_airflow() -> Any:
+    """A new Airflow metadata database in ``AIRFLOW_HOME`` and the drop-in DAG file loaded
+    into it; returns the DagBag."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.utils.db import initdb
+
+    initdb()
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    if bag.import_errors:
+        raise SystemExit(f"demo: dags/pgsync.py does not import: {bag.import_errors}")
+    sync_bag_to_db(bag, "dags-folder", None)
+    return bag
+
+
+def run(bag: Any, kind: str, **kwargs: Any) -> None:
+    """Run DAG ``pgsync_demo_<kind>`` with ``dag.test()``; exit when a task failed."""
+    dag_id = f"pgsync_{PIPELINE}_{kind}"
+    started = time.monotonic()
+    dag_run = bag.dags[dag_id].test(**kwargs)
+    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    print(f"demo: {dag_id}: {dag_run.state} in {time.monotonic() - started:.0f} s {states}", flush=True)
+    if str(dag_run.state) != "success":
+        raise SystemExit(f"demo: {dag_id} failed; its task logs are above")
+
+
+def source_sums(conninfo: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    with psycopg.connect(conninfo) as conn:
+        for table, columns in COLUMNS.items():
+            text = ", ".join(f"{c}::text" for c in columns)
+            row_hash = f"('x' || substr(md5(concat_ws('|', {text})), 1, 8))::bit(32)::bigint"
+            row = conn.execute(
+                f"SELECT count(*), coalesce(sum({row_hash}), 0) FROM {table}"  # noqa: S608 (demo's own names)
+            ).fetchone()
+            assert row is not None
+            out[table] = (int(row[0]), int(row[1]))
+    return out
+
+
+def lake_sums() -> dict[str, tuple[int, int]]:
+    """The same figures of the lake's views, in a Spark session of this process."""
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
+    from airflow_provider_pgsync.source.names import TableRef
+
+    lake = LakeDestination.from_config({"warehouse": str(DEMO / "lake")})
+    builder = SparkSession.builder.master("local[2]").appName("pgsync demo check")
+    for key, value in lake.spark_conf().items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    out = {}
+    try:
+        for table, columns in COLUMNS.items():
+            text = ", ".join(f"CAST(`{c}` AS STRING)" for c in columns)
+            row_hash = f"CAST(conv(substr(md5(concat_ws('|', {text})), 1, 8), 16, 10) AS BIGINT)"
+            view = f"pgsync.{catalog_name(TableRef.parse(table))}"
+            row = spark.sql(f"SELECT count(*), coalesce(sum({row_hash}), 0) FROM {view}").collect()[0]  # noqa: S608
+            out[table] = (int(row[0]), int(row[1]))
+    finally:
+        spark.stop()
+        logging.getLogger("py4j").setLevel(logging.WARNING)  # its goodbye would follow our last line
+    return out
 
 
 def main() -> int:
-    # Airflow must not write into ~/airflow for a demo
-    os.environ.setdefault("AIRFLOW_HOME", str(REPO / ".dev" / "airflow-demo"))
-    from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-    from airflow_provider_pgsync.pgoutput import PgOutputDecoder
-    from airflow_provider_pgsync.pgoutput.describe import ChangeDescriber
+    shutil.rmtree(DEMO, ignore_errors=True)
+    shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)
+    DEMO.mkdir(parents=True)
+    os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
+    os.environ["PGSYNC_CONFIG"] = str(DEMO / "pgsync.yaml")
 
     cluster = dev_cluster()
     cluster.start()
-    print(f"demo: PostgreSQL running at {cluster.url('postgres')}")
     cluster.drop_database(DEMO_DB)
     cluster.create_database(DEMO_DB)
-    with psycopg.connect(cluster.conninfo(DEMO_DB), autocommit=True) as conn:
+    conninfo = cluster.conninfo(DEMO_DB)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(SCHEMA)
-    print(f"demo: created database {DEMO_DB} with table public.orders")
-
+    print(f"demo: database {DEMO_DB} at {cluster.url(DEMO_DB)}: customers, orders, events")
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = cluster.url(DEMO_DB, with_password=True)
-    hook = PgReplicationHook(postgres_conn_id=CONN_ID)
-    hook.preflight(slot_name=SLOT, tables=["public.orders"], publication_name=PUBLICATION)
-    print("demo: preflight passed")
-    hook.ensure_publication(PUBLICATION, ["public.orders"])
-    hook.ensure_slot(SLOT)
-    print(f"demo: publication {PUBLICATION} and slot {SLOT} ready")
+    write_config(DEMO / "pgsync.yaml")
+    bag = fresh_airflow()
 
-    with psycopg.connect(cluster.conninfo(DEMO_DB), autocommit=True) as conn:
-        for statement in CHANGES:
-            conn.execute(statement)
-    print(f"demo: made {len(CHANGES)} changes; the slot delivers:")
+    run(bag, "setup")
+    writer = Writer(conninfo)
+    writer.start()
+    run(bag, "baseline", run_conf={"mode": "rebaseline"})
+    for n in range(CDC_RUNS):
+        if n == CDC_RUNS - 1:
+            writer.stop()
+            print(f"demo: the writer committed {writer.transactions} transactions")
+        run(bag, "cdc")
+    run(bag, "compact")
 
-    upto = hook.wal_positions().flush
-    decoder = PgOutputDecoder()
-    describer = ChangeDescriber()
-    lines = 0
-    with hook.peek(SLOT, [PUBLICATION], upto_lsn=upto, upto_nchanges=None) as rows:
-        for lsn, _xid, data in rows:
-            line = describer.describe(decoder.decode(data))
-            if line:
-                print(f"  {lsn!s:>12}  {line}")
-                lines += 1
-    advanced = hook.advance_slot(SLOT, upto)
-    print(f"demo: {lines} lines decoded; slot advanced to {advanced}")
-    return 0 if lines else 1
+    source, lake = source_sums(conninfo), lake_sums()
+    matching = 0
+    for table in COLUMNS:
+        same = source[table] == lake[table]
+        matching += same
+        print(
+            f"demo: {table:18} source {source[table][0]:>7,} rows, checksum {source[table][1]:>16}"
+            f" | lake {lake[table][0]:>7,} rows, checksum {lake[table][1]:>16}"
+            f"  {'ok' if same else 'DIFFERENT'}"
+        )
+    if matching != len(COLUMNS):
+        print(f"demo: NOT in sync: {len(COLUMNS) - matching} of {len(COLUMNS)} tables differ")
+        return 1
+    rows = sum(count for count, _ in source.values())
+    print(f"demo: in sync, {len(COLUMNS)} tables, {rows} rows")
+    return 0
 
 
 if __name__ == "__main__":
