@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -34,6 +33,7 @@ from airflow_provider_pgsync.plugins.status import (
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.postgres_store import TABLE as STATE_TABLE
+from airflow_provider_pgsync.state.postgres_store import state_from_row, state_query
 from airflow_provider_pgsync.triggers.probes import read_slot_lag
 
 log = logging.getLogger(__name__)
@@ -192,13 +192,7 @@ def read_postgres_state(conn: psycopg.Connection[Any], pipeline: str, *, schema:
     ).fetchone()
     if not found or not found[0]:
         return PipelineState(pipeline)
-    query = sql.SQL("SELECT version, state FROM {} WHERE pipeline = %s").format(
-        sql.Identifier(schema, STATE_TABLE)
-    )
-    row = conn.execute(query, (pipeline,)).fetchone()
-    if row is None:
-        return PipelineState(pipeline)
-    return replace(PipelineState.from_json(row[1]), version=int(row[0]))
+    return state_from_row(pipeline, conn.execute(state_query(schema), (pipeline,)).fetchone(), schema=schema)
 
 
 # ---- source ---------------------------------------------------------------------------------

@@ -24,6 +24,25 @@ from airflow_provider_pgsync.state.model import PipelineState, validate_pipeline
 TABLE = "pipeline_state"
 
 
+def state_query(schema: str) -> sql.Composed:
+    """The statement reading a pipeline's row of ``<schema>.pipeline_state`` (parameter: its name);
+    readers that must not create the table (sensors, the status page) run it themselves."""
+    return sql.SQL("SELECT version, state FROM {} WHERE pipeline = %s").format(sql.Identifier(schema, TABLE))
+
+
+def state_from_row(pipeline: str, row: tuple[Any, ...] | None, *, schema: str) -> PipelineState:
+    """The state a row of ``state_query`` holds; a fresh state at version 0 for no row."""
+    if row is None:
+        return PipelineState(pipeline)
+    state = PipelineState.from_json(row[1])
+    if state.pipeline != pipeline:
+        raise StateError(
+            f"row {pipeline!r} of {TableRef(schema, TABLE)} holds the state of pipeline {state.pipeline!r}: "
+            "it was edited by hand; delete the row and set the pipeline up again"
+        )
+    return replace(state, version=int(row[0]))
+
+
 class PostgresStateStore:
     """The ``StateStore`` in a PostgreSQL table; ``source`` is a PgReplicationHook or a connection factory.
 
@@ -42,18 +61,8 @@ class PostgresStateStore:
         """The saved state, or a fresh one at version 0."""
         validate_pipeline_name(pipeline)
         with self._connection() as conn:
-            row = conn.execute(
-                sql.SQL("SELECT version, state FROM {} WHERE pipeline = %s").format(self._table), (pipeline,)
-            ).fetchone()
-        if row is None:
-            return PipelineState(pipeline)
-        state = PipelineState.from_json(row[1])
-        if state.pipeline != pipeline:
-            raise StateError(
-                f"row {pipeline!r} of {self._where()} holds the state of pipeline {state.pipeline!r}: "
-                "it was edited by hand; delete the row and set the pipeline up again"
-            )
-        return replace(state, version=row[0])
+            row = conn.execute(state_query(self.schema), (pipeline,)).fetchone()
+        return state_from_row(pipeline, row, schema=self.schema)
 
     def save(self, state: PipelineState) -> PipelineState:
         """Compare-and-set: store ``state`` if the row is still at ``state.version``; return version + 1."""

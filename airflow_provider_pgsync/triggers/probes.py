@@ -8,17 +8,16 @@ Connections are in autocommit mode.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from airflow_provider_pgsync.errors import SourceUnavailableError, StateError
+from airflow_provider_pgsync.errors import SourceUnavailableError
 from airflow_provider_pgsync.hooks.replication import CAPTURE_LOCK_CLASS
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.state.model import PipelineState, validate_pipeline_name
-from airflow_provider_pgsync.state.postgres_store import TABLE as STATE_TABLE
+from airflow_provider_pgsync.state.postgres_store import state_from_row, state_query
 from airflow_provider_pgsync.triggers.checks import (
     PendingCount,
     SlotLag,
@@ -138,20 +137,8 @@ async def aload_state(conn: psycopg.AsyncConnection[Any], pipeline: str, *, sche
     store, this never creates the table.
     """
     validate_pipeline_name(pipeline)
-    query = sql.SQL("SELECT version, state FROM {} WHERE pipeline = %s").format(
-        sql.Identifier(schema, STATE_TABLE)
-    )
     try:
-        cur = await conn.execute(query, (pipeline,))
+        cur = await conn.execute(state_query(schema), (pipeline,))
     except psycopg.errors.UndefinedTable:
         return PipelineState(pipeline)
-    row = await cur.fetchone()
-    if row is None:
-        return PipelineState(pipeline)
-    state = PipelineState.from_json(row[1])
-    if state.pipeline != pipeline:
-        raise StateError(
-            f"row {pipeline!r} of {schema}.{STATE_TABLE} holds the state of pipeline {state.pipeline!r}: "
-            "it was edited by hand; delete the row and set the pipeline up again"
-        )
-    return replace(state, version=int(row[0]))
+    return state_from_row(pipeline, await cur.fetchone(), schema=schema)
