@@ -33,6 +33,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_pgsync.operators.replication",
                     "airflow_provider_pgsync.operators.capture",
                     "airflow_provider_pgsync.operators.baseline",
+                    "airflow_provider_pgsync.operators.backfill",
                     "airflow_provider_pgsync.operators.apply",
                     "airflow_provider_pgsync.operators.compact",
                 ],

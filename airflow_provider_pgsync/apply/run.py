@@ -14,13 +14,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from airflow_provider_pgsync.apply.backfill import touched_keys
+from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import columns_of
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import DestinationError
-from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, PipelineState, SegmentInfo, TableState
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ class TableApplied:
     in_base: int
     watermark: Key | None
     phase: TablePhase
+    backfilled: int | None = None
+    """Rows of the table's pending backfill written in this run (None: none was due)."""
 
 
 def apply_table(
@@ -52,9 +56,10 @@ def apply_table(
 
     A table in SyncDone gets only the changes of transactions its baseline snapshot did not
     see (the rest is in the base); it becomes Ready once capture has passed its
-    ``baseline_lsn`` and every captured change is applied. A failing destination or a schema
-    change it cannot take leaves the table Errored (or, for Rebaseline, back in Init).
-    Tables in other phases are left alone.
+    ``baseline_lsn`` and every captured change is applied. A Ready table's pending backfill is
+    merged into the destination at the same point (``apply/backfill.py``). A failing
+    destination or a schema change it cannot take leaves the table Errored (or, for
+    Rebaseline, back in Init). Tables in other phases are left alone.
     """
     phase = table_state.phase
     table, key = table_state.table, table_state.key
@@ -85,6 +90,26 @@ def apply_table(
             watermark = upto
             applied += changes.num_rows
             in_base += batch.num_rows - changes.num_rows
+        backfill = table_state.backfill
+        if backfill is not None and _backfill_due(state, backfill, destination):
+            touched = touched_keys(changelog, table_state, segments, versions, backfill)
+            columns = versions.get(known, []) if known is not None else []
+            columns = columns or list(table_state.columns)
+            upto = (watermark[0], watermark[1] + 1) if watermark is not None else (0, 1)
+            written = destination.backfill(table, columns, backfill.staged[destination.name], touched, upto)
+            log.info(
+                "%s: backfill %s (%s) in %s: %s of %s staged rows written, %s keys changed since its "
+                "snapshot kept their newer rows%s",
+                key,
+                backfill.id,
+                backfill.condition or "all rows",
+                destination.name,
+                f"{written:,}",
+                f"{backfill.rows:,}",
+                f"{touched.keys.num_rows:,}",
+                " (a TRUNCATE since the snapshot: nothing to write)" if touched.truncated else "",
+            )
+            return TableApplied(key, applied, in_base, upto, phase, backfilled=written)
     except DestinationError as exc:
         return TableApplied(
             key,
@@ -112,6 +137,17 @@ def apply_table(
         )
         new_phase = Ready()
     return TableApplied(key, applied, in_base, watermark, new_phase)
+
+
+def _backfill_due(state: PipelineState, backfill: Backfill, destination: Destination) -> bool:
+    """Whether ``destination`` takes ``backfill`` now: it is one of its destinations and does not
+    have it yet, and capture has passed the snapshot's ``baseline_lsn`` (every change the
+    snapshot saw is captured, so the loop before has applied it)."""
+    return (
+        destination.name in backfill.pending
+        and state.last_end_lsn is not None
+        and state.last_end_lsn >= backfill.baseline_lsn
+    )
 
 
 def _regroup(
@@ -168,19 +204,11 @@ def _last_key(batch: pa.RecordBatch) -> Key:
 
 
 def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
-    """The changes of transactions the baseline snapshot did not see (rule 5), vectorised:
-    the 32-bit xids are widened to 64 bits next to the snapshot's xmax, as ``widen_xid`` does."""
-    xids = batch.column(XID).to_numpy(zero_copy_only=False).astype(np.int64)
-    full = (done.xmax & ~(_EPOCH - 1)) | (xids & (_EPOCH - 1))
-    full = np.where(full > done.xmax + _EPOCH // 2, full - _EPOCH, full)
-    full = np.where(full < done.xmax - _EPOCH // 2, full + _EPOCH, full)
-    visible = (full < done.xmin) | ((full < done.xmax) & ~np.isin(full, np.array(done.xip, dtype=np.int64)))
-    if not visible.any():  # the common case once the snapshot's transactions are behind
+    """The changes of transactions the baseline snapshot did not see (rule 5), vectorised."""
+    newer = not_visible(batch.column(XID), done.xmin, done.xmax, done.xip)
+    if newer.all():  # the common case once the snapshot's transactions are behind
         return batch
-    return batch.filter(pa.array(~visible))
-
-
-_EPOCH = 1 << 32
+    return batch.filter(pa.array(newer))
 
 
 def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:

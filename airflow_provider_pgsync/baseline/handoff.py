@@ -9,6 +9,9 @@ its 64-bit value is the one nearest to S.xmax with the same low 32 bits.
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+
 from airflow_provider_pgsync.state.phases import SyncDone
 
 _HALF = 1 << 31
@@ -38,3 +41,14 @@ def visible_in_snapshot(xid: int, xmin: int, xmax: int, xip: tuple[int, ...] | f
 def applies_after_baseline(xid: int, done: SyncDone) -> bool:
     """Whether a change of transaction ``xid`` must be applied on top of the base of ``done``."""
     return not visible_in_snapshot(xid, done.xmin, done.xmax, done.xip)
+
+
+def not_visible(xids: pa.Array | pa.ChunkedArray, xmin: int, xmax: int, xip: tuple[int, ...]) -> np.ndarray:
+    """``visible_in_snapshot`` negated for an array of 32-bit xids at once: a boolean mask of
+    the transactions the snapshot did not see."""
+    low = np.asarray(xids.to_numpy(zero_copy_only=False), dtype=np.int64)
+    full = (xmax & ~(_FULL - 1)) | (low & (_FULL - 1))
+    full = np.where(full > xmax + _HALF, full - _FULL, full)
+    full = np.where(full < xmax - _HALF, full + _FULL, full)
+    visible = (full < xmin) | ((full < xmax) & ~np.isin(full, np.array(xip, dtype=np.int64)))
+    return ~visible

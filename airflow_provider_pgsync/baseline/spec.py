@@ -20,9 +20,11 @@ class BaselineJobSpec:
     the table as a subquery (``dbtable``) for Spark's JDBC source; ``arrow_query`` the same
     with the Arrow path's projections, or empty when that path is off or a column cannot take
     it (``baseline/arrow_copy.py``). ``keys`` identify a row (none: the whole row does). The
-    job splits the table's ``blocks`` into ctid ranges of
-    about ``target_partition_bytes`` of its ``table_bytes``, as many as fit its cluster's task
-    slots; the ``session`` statements join every partition's connection to the snapshot.
+    job splits the table's ``blocks`` into ctid ranges of about ``target_partition_bytes`` of
+    its ``table_bytes``, as many as fit its cluster's task slots; the ``session`` statements
+    join every partition's connection to the snapshot. With ``stage_as`` (a backfill's id) the
+    job only stages the rows for apply (``LakeDestination.backfill_dir``) and leaves the base
+    and the catalog alone.
     """
 
     table: str
@@ -41,6 +43,7 @@ class BaselineJobSpec:
     progress_seconds: float = 10.0
     arrow_query: str = ""
     keys: tuple[str, ...] = ()
+    stage_as: str = ""
 
     @property
     def session_init(self) -> str:

@@ -53,13 +53,15 @@ def segments_to_prune(
         created = created_at.get(seg.path)
         if created is None or now - created < retention:
             continue
-        if protect_from_xid is not None and not _all_xids_precede(seg, protect_from_xid):
+        if protect_from_xid is not None and may_hold_xid_from(seg, protect_from_xid):
             continue
         result.append(seg)
     return result
 
 
-def _all_xids_precede(seg: SegmentInfo, xid: int) -> bool:
+def may_hold_xid_from(seg: SegmentInfo, xid: int) -> bool:
+    """Whether ``seg`` may hold a transaction that is not older than ``xid`` (modulo 2^32); a
+    segment whose xids straddle the wrap-around point may."""
     if seg.max_xid - seg.min_xid >= _XID_HALF:
-        return False
-    return xid_precedes(seg.max_xid, xid)
+        return True
+    return not xid_precedes(seg.max_xid, xid)

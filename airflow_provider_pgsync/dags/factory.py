@@ -5,7 +5,8 @@ Per pipeline ``<name>``:
 - ``pgsync_<name>_setup`` (manual): preflight -> publication -> slot -> table states Init ->
   triggers the baseline DAG for the tables in Init;
 - ``pgsync_<name>_baseline`` (manual; Params ``tables``, ``mode``, ``backfill_filter``): one
-  mapped ``PgBaselineOperator`` task per chosen table;
+  mapped ``PgBaselineOperator`` (mode rebaseline) or ``PgBackfillOperator`` (mode backfill)
+  task per chosen table;
 - ``pgsync_<name>_cdc`` (the config's cdc schedule): capture, then apply into every destination,
   emitting an asset event per destination table that changed;
 - ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
@@ -29,6 +30,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_provider_pgsync.dags import params as dag_params
 from airflow_provider_pgsync.dags import tasks
 from airflow_provider_pgsync.dags.assets import PgApplyAssetsOperator, destination_alias
+from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
@@ -151,29 +153,42 @@ def setup_dag(config: PipelineConfig) -> DAG:
 
 
 def baseline_dag(config: PipelineConfig) -> DAG:
-    """One mapped baseline task per table chosen in the trigger form."""
+    """One mapped baseline (or backfill) task per table chosen in the trigger form."""
     doc = (
         f"### pgsync pipeline `{config.name}`: baseline\n\n"
         f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into the lake "
         "destinations, one Spark job and one mapped task per table, each from one exported snapshot, "
         "and hands each table off to the stream exactly (SyncDone, then Ready at the next cdc run). "
         "The other tables keep their phase and keep streaming.\n\n"
-        "Param `mode`: `rebaseline` (the only one supported so far; also the first baseline after "
-        "setup). `backfill` (re-send only rows matching `backfill_filter`) fails with an error: "
-        "the baseline operator cannot re-send part of a table yet."
+        "Param `mode`: `rebaseline` (also the first baseline after setup) copies whole tables again; "
+        "`backfill` re-reads only the rows matching `backfill_filter` (a SQL condition; empty: every "
+        "row) of tables that are Ready and stages them: the next cdc run writes them over the lake's "
+        "rows (keys changed since keep their newer rows; nothing is deleted) while the tables keep "
+        "streaming."
     )
     with _dag(config, "baseline", doc, max_active_runs=1, params=dag_params.baseline_params(config)) as dag:
 
         @task(task_id="choose_tables")
-        def choose_tables() -> list[str | dict[str, Any]]:
-            """The tables of the trigger form, checked (ConfigError naming a bad param)."""
-            return dag_params.chosen_tables(config, get_current_context()["params"])
+        def choose_tables() -> list[Any]:
+            """The tables to rebaseline, after checking every param (ConfigError naming a bad one)."""
+            return dag_params.chosen_tables(config, get_current_context()["params"])["rebaseline"]
+
+        @task(task_id="choose_backfills")
+        def choose_backfills() -> list[Any]:
+            """The backfill task's arguments per table (mode backfill), the params checked already."""
+            return dag_params.chosen_tables(config, get_current_context()["params"])["backfill"]
 
         kwargs = config.baseline_kwargs(config.tables[0], rebaseline=True)
         del kwargs["table"]
+        rebaselines = choose_tables()
         PgBaselineOperator.partial(task_id="baseline", map_index_template=_TABLE_NAME, **kwargs).expand(
-            table=choose_tables()
+            table=rebaselines
         )
+        del kwargs["rebaseline"]
+        backfills = choose_backfills()
+        rebaselines >> backfills
+        backfill = PgBackfillOperator.partial(task_id="backfill", map_index_template=_TABLE_NAME, **kwargs)
+        backfill.expand_kwargs(backfills)
     return dag
 
 

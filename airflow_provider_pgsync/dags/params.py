@@ -39,33 +39,40 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
             title="Mode",
             description=(
                 "rebaseline: copy each table again from one snapshot and hand it off to the stream; "
-                "the other tables keep streaming. backfill: re-send only the rows matching "
-                "backfill_filter (not supported yet)."
+                "the other tables keep streaming. backfill: re-send the rows matching backfill_filter "
+                "(all rows when empty) into the lake destinations without dropping the rest; the table "
+                "keeps streaming and the next cdc run applies them."
             ),
         ),
         "backfill_filter": Param(
             None,
             type=["null", "string"],
             title="Backfill filter",
-            description="backfill only: a SQL condition selecting the rows to re-send, e.g. id > 1000.",
+            description=(
+                "backfill only: a SQL condition on the table's columns selecting the rows to re-send, "
+                "e.g. id > 1000 (empty: every row)."
+            ),
         ),
     }
 
 
-def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> list[str | dict[str, Any]]:
-    """The tables the baseline run is asked for, as ``PgBaselineOperator`` takes them (config
-    order); ConfigError naming the param for a value that cannot be run."""
+def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The work the baseline run is asked for: ``rebaseline``, the tables as
+    ``PgBaselineOperator`` takes them, and ``backfill``, ``PgBackfillOperator`` arguments per
+    table (config order); one of them is empty. ConfigError naming the param for a value that
+    cannot be run."""
     mode = params.get("mode", MODES[0])
-    if mode == "backfill":
-        raise ConfigError(
-            f"param 'mode' = 'backfill' is not supported yet for pipeline {config.name!r}: "
-            "PgBaselineOperator has no way to re-send only the rows matching 'backfill_filter' without "
-            "replacing the table's base; use mode 'rebaseline' (copies the whole table again)"
-        )
-    if mode != "rebaseline":
+    if mode not in MODES:
         raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {mode!r}")
-    if params.get("backfill_filter"):
-        raise ConfigError("param 'backfill_filter' is for mode 'backfill' only; clear it to rebaseline")
+    condition = params.get("backfill_filter")
+    if condition is not None and not isinstance(condition, str):
+        raise ConfigError(f"param 'backfill_filter' must be SQL text, not {condition!r}")
+    condition = (condition or "").strip()
+    if mode == "rebaseline" and condition:
+        raise ConfigError(
+            "param 'backfill_filter' is for mode 'backfill' only; clear it to rebaseline, or choose mode "
+            "'backfill' to re-send only the matching rows"
+        )
     asked = params.get("tables")
     if asked is None:
         asked = list(config.table_keys)
@@ -81,7 +88,10 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> list[str
             f"its tables: {', '.join(config.table_keys)}"
         )
     wanted = {config.table(t).key for t in asked}
-    return [t.to_entry() for t in config.tables if t.key in wanted]
+    entries = [t.to_entry() for t in config.tables if t.key in wanted]
+    if mode == "rebaseline":
+        return {"rebaseline": entries, "backfill": []}
+    return {"rebaseline": [], "backfill": [{"table": e, "backfill_filter": condition} for e in entries]}
 
 
 def _known(config: PipelineConfig, table: str) -> bool:

@@ -48,6 +48,12 @@ def catalog_name(table: TableRef) -> str:
     return f"{folded or 't'}_{digest}"
 
 
+def lake_name(lake: LakeDestination) -> str:
+    """The name apply knows a lake destination by (its watermarks, a backfill's staged rows):
+    ``lake``, or ``lake_<database>`` for a database other than ``pgsync``."""
+    return "lake" if lake.database == "pgsync" else f"lake_{lake.database}"
+
+
 @dataclass(frozen=True)
 class LakeDestination:
     """Where and how the lake keeps its tables."""
@@ -100,6 +106,10 @@ class LakeDestination:
 
     def table_dir(self, table: TableRef) -> str:
         return f"{self.warehouse.rstrip('/')}/{self.database}/{catalog_name(table)}"
+
+    def backfill_dir(self, table: TableRef, backfill_id: str) -> str:
+        """Where the rows of backfill ``backfill_id`` of ``table`` wait for apply."""
+        return f"{self.table_dir(table)}/backfill/{backfill_id}"
 
     def base_table(self, table: TableRef) -> str:
         """The catalog name of the table's base, ``database.schema__name__base``."""

@@ -10,7 +10,11 @@ Lifecycle of one table in one destination:
    it returns, ``watermark(table)`` is ``upto``; a failure applies none of the batch;
 4. ``schema_changed(table, old, new)`` when the table's columns change: ``Continue`` (the
    destination adapted, e.g. added a nullable column), ``Rebaseline`` or ``Error``;
-5. ``close()``.
+5. optionally ``backfill(table, columns, location, touched, upto)``: rows of the table re-read
+   by a backfill and staged at ``location`` (for the lake, by the backfill's Spark job), written
+   over the destination's rows except for the ``touched`` keys, with watermark ``upto``
+   (``apply/backfill.py`` says why that is exact); ``discard_backfill(location)`` once done;
+6. ``close()``.
 
 A destination is named (``name``); apply keeps no watermark of its own but asks the
 destination, so a destination that stores its watermark with its data (PostgreSQL) applies
@@ -26,7 +30,9 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.changelog.merge import Key
+from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 
@@ -63,6 +69,18 @@ class Destination(ABC):
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
     ) -> SchemaAnswer:
         """Adapt to the table's new columns if possible, and say how apply goes on."""
+
+    def backfill(
+        self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key
+    ) -> int:
+        """Write the staged rows at ``location`` whose keys are not ``touched`` (none after a
+        TRUNCATE) over the table's rows, with watermark ``upto``, all or nothing; the number
+        of rows written. Destinations that take no backfill keep this default."""
+        raise DestinationError(f"destination {self.name} cannot take a backfill; rebaseline {table} instead")
+
+    def discard_backfill(self, location: str) -> None:
+        """Remove the staged rows at ``location`` (default: nothing to remove)."""
+        return None
 
     def close(self) -> None:
         """Release connections and sessions (default: nothing to release)."""

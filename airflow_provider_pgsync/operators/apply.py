@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -16,7 +17,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import PipelineState
+from airflow_provider_pgsync.state.model import Backfill, PipelineState
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready, TablePhase
 from airflow_provider_pgsync.state.store import update_state
 
@@ -87,6 +88,7 @@ class PgApplyOperator(BaseOperator):
         changelog = Changelog(self.changelog_uri)
         results: dict[str, list[TableApplied]] = {key: [] for key in state.tables}
         watermarks: dict[str, str] = {}
+        backfilled: dict[str, list[str]] = {}  # table -> destinations that took its backfill now
         for config in self.destinations:
             destination = open_destination(config)
             try:
@@ -111,6 +113,8 @@ class PgApplyOperator(BaseOperator):
                     )
                     if isinstance(result.phase, Errored):
                         self.log.error("apply %s -> %s: %s", key, destination.name, result.phase.reason)
+                    elif result.backfilled is not None:
+                        backfilled.setdefault(key, []).append(destination.name)
                 marks = [r[-1].watermark for r in results.values() if r and r[-1].watermark is not None]
                 if marks:
                     watermarks[destination.name] = _key_text(min(m for m in marks if m is not None))
@@ -124,14 +128,41 @@ class PgApplyOperator(BaseOperator):
                     current = current.with_table_phase(key, phase)
             for name, value in watermarks.items():
                 current = current.with_watermark(name, value)
+            for key, names in backfilled.items():
+                current = _backfill_applied(current, key, state.tables[key].backfill, names)
             return current
 
         update_state(store, self.pipeline, record)
+        for config in self.destinations:  # staged rows a destination has taken are not needed again
+            destination = open_destination(config)
+            try:
+                for key, names in backfilled.items():
+                    pending = state.tables[key].backfill
+                    if destination.name in names and pending is not None:
+                        destination.discard_backfill(pending.staged[destination.name])
+            finally:
+                destination.close()
+        # a backfill's rows count as applied changes (they may change the destination's table)
         return {
-            key: {"applied": sum(r.applied for r in rs), "phase": (phases[key] or rs[0].phase).kind}
+            key: {
+                "applied": sum(r.applied + (r.backfilled or 0) for r in rs),
+                "phase": (phases[key] or rs[0].phase).kind,
+            }
             for key, rs in results.items()
             if rs
         }
+
+
+def _backfill_applied(
+    state: PipelineState, key: str, backfill: Backfill | None, names: list[str]
+) -> PipelineState:
+    """Record that destinations ``names`` took ``backfill``; once all have it, it is done. A
+    table whose backfill went meanwhile (rebaselined, or a phase change above) is left alone."""
+    current = state.tables.get(key)
+    if backfill is None or current is None or current.backfill is None or current.backfill.id != backfill.id:
+        return state
+    done = replace(current.backfill, applied=(*current.backfill.applied, *names))
+    return state.with_backfill(key, done if done.pending else None)
 
 
 def _combined(results: list[TableApplied]) -> TablePhase | None:

@@ -171,11 +171,16 @@ class PgBaselineOperator(BaseOperator):
         table: PublishedTable,
         snapshot: BaselineSnapshot,
         lakes: list[LakeDestination],
+        *,
+        condition: str = "",
+        stage_as: str = "",
     ) -> BaselineJobSpec:
+        """The Spark job's spec; for a backfill, the rows matching ``condition``, staged under
+        ``stage_as``."""
         columns = table_columns(conn, table.table, table.columns)
         reads = spark_reads(columns, str(table.table))
         size, block_size, rows = relation_size(conn, table.table)
-        query = base_query(table, reads).as_string(conn)
+        query = base_query(table, reads, condition).as_string(conn)
         session = (
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot)).as_string(conn),
@@ -185,10 +190,11 @@ class PgBaselineOperator(BaseOperator):
             "SET LOCAL client_encoding = 'UTF8'",
         )
         fast = arrow_reads(reads) if self.copy_path == "auto" else None
-        arrow_query = base_query(table, fast).as_string(conn) if fast else ""
+        arrow_query = base_query(table, fast, condition).as_string(conn) if fast else ""
         url, user, _ = hook.jdbc_target()
         self.log.info(
-            "baseline %s: %d columns, %.1f MB, %s",
+            "%s %s: %d columns, %.1f MB, %s",
+            "backfill" if stage_as else "baseline",
             table.table,
             len(reads),
             size / 1e6,
@@ -211,6 +217,7 @@ class PgBaselineOperator(BaseOperator):
             progress_seconds=self.progress_seconds,
             arrow_query=arrow_query,
             keys=identity_columns(conn, table.table),
+            stage_as=stage_as,
         )
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:

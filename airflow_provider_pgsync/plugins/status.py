@@ -154,6 +154,12 @@ def _table_row(
     detail = ""
     if isinstance(phase, SyncDone):
         detail = f"baseline at {phase.baseline_lsn}; Ready once every destination applied past it"
+    if ts.backfill is not None:
+        b = ts.backfill
+        detail = (
+            f"backfill {b.id} ({b.condition or 'all rows'}, {b.rows:,} rows) waits for apply into "
+            f"{', '.join(b.pending)} once capture passes {b.baseline_lsn}"
+        )
     if not in_config:
         detail = "in the state but no longer in the config: run the teardown or add the table back"
     if isinstance(phase, Errored):

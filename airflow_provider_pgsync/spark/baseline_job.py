@@ -28,7 +28,7 @@ from pyspark.sql.types import DataType, StructType
 
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
 from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
-from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import convert
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
@@ -99,13 +99,14 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         rows = written[0]["rows"] if written else 0
         write_seconds = copy_seconds - catalog_seconds
         log.info(
-            "%s: %s rows read and written in %.1f s (%s rows/s), swapped into %s in %.1f s",
+            "%s: %s rows read and written in %.1f s (%s rows/s), %s",
             spec.table,
             f"{rows:,}",
             write_seconds,
             f"{rows / max(write_seconds, 1e-9):,.0f}",
-            ", ".join(w["table"] for w in written),
-            catalog_seconds,
+            f"staged for apply in {', '.join(w['location'] for w in written)}"
+            if spec.stage_as
+            else f"swapped into {', '.join(w['table'] for w in written)} in {catalog_seconds:.1f} s",
         )
         return BaselineResult(
             ok=True,
@@ -143,14 +144,18 @@ def _copy(
     lakes: list[LakeDestination],
     fast: bool,
 ) -> tuple[list[dict[str, Any]], float]:
-    """Write the base into every destination, then swap each in; the bases and the swap's seconds."""
+    """Write the base into every destination, then swap each in (a backfill: only stage its
+    rows); what was written and the swap's seconds."""
     table = TableRef.parse(spec.table)
     writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
     log.info("%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source")
     schema = base_schema(spec)
-    locations = [writer.new_location() for writer in writers]
-    for writer, location in zip(writers, locations, strict=True):
-        writer.warm_up(location, schema)
+    if spec.stage_as:
+        locations = [writer.backfill_location(spec.stage_as) for writer in writers]
+    else:
+        locations = [writer.new_location() for writer in writers]
+        for writer, location in zip(writers, locations, strict=True):
+            writer.warm_up(location, schema)
     rows = spark.sparkContext.accumulator(0)
     counter = (lambda: int(rows.value)) if fast else None
     with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
@@ -162,6 +167,8 @@ def _copy(
         else:
             df = read_source(spark, spec, predicates)
             staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
+    if spec.stage_as:
+        return [_staged_for_apply(writer, base) for writer, base in staged], 0.0
     published = time.monotonic()
     written, swapped = [], 0.0
     for writer, base in staged:
@@ -170,6 +177,15 @@ def _copy(
             swapped = time.monotonic() - published  # the base is durable: what follows is clean-up
             writer.clean_up()
     return written, swapped
+
+
+def _staged_for_apply(writer: LakeBaseWriter, staged: StagedBase) -> dict[str, Any]:
+    return {
+        "kind": "lake",
+        "destination": lake_name(writer.destination),
+        "location": staged.location,
+        "rows": staged.rows,
+    }
 
 
 def base_schema(spec: BaselineJobSpec) -> StructType:

@@ -89,6 +89,10 @@ class LakeBaseWriter:
         version = f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
         return f"{self.destination.table_dir(self.table)}/base/{version}"
 
+    def backfill_location(self, backfill_id: str) -> str:
+        """Where a backfill's rows are staged for apply (``stage`` writes them, nothing publishes them)."""
+        return self.destination.backfill_dir(self.table, backfill_id)
+
     def stage(self, df: DataFrame, location: str | None = None) -> StagedBase:
         """Write ``df`` as the next base (at ``location``, else a new one) with Spark's Parquet writer."""
         location = location or self.new_location()
@@ -279,6 +283,9 @@ class LakeBaseWriter:
         self._cleanup = None
         if lineages is not None:
             self._remove_lineages(keep=lineages)
+            # rows a backfill staged for the old lineage: the rebaseline dropped that backfill
+            fs, staged = self._filesystem(f"{self.destination.table_dir(self.table)}/backfill")
+            fs.delete(staged, True)
         self._remove_versions(keep=versions)
 
     def _changes_table(self, lineage: str, columns: list[dict[str, Any]]) -> None:

@@ -7,6 +7,7 @@ The backends import Airflow and psycopg; import them from their modules
 from __future__ import annotations
 
 from airflow_provider_pgsync.state.model import (
+    Backfill,
     ColumnInfo,
     DataSync,
     Errored,
@@ -24,6 +25,7 @@ from airflow_provider_pgsync.state.model import (
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
 __all__ = [
+    "Backfill",
     "ColumnInfo",
     "DataSync",
     "Errored",

@@ -35,6 +35,7 @@ from airflow_provider_pgsync.state.phases import (
 __all__ = [
     "FORMAT",
     "XID_MAX",
+    "Backfill",
     "ColumnInfo",
     "DataSync",
     "Errored",
@@ -71,19 +72,60 @@ class ColumnInfo:
 
 
 @dataclass(frozen=True)
+class Backfill:
+    """Rows of a Ready table re-read from exported snapshot ``snapshot`` (those matching
+    ``condition``; empty: all) and staged for apply, which merges them into each destination
+    of ``staged`` (destination name -> staged location) once capture has passed
+    ``baseline_lsn``; ``applied`` names the destinations that have them.
+
+    ``xmin``, ``xmax`` and ``xip`` are the snapshot's parts, as for ``SyncDone``: a change of a
+    transaction the snapshot saw is in the staged rows, one it did not see is newer than them.
+    """
+
+    id: str
+    condition: str
+    snapshot: str
+    baseline_lsn: LSN
+    xmin: int
+    xmax: int
+    xip: tuple[int, ...]
+    staged: Mapping[str, str]
+    rows: int = 0
+    applied: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # the same checks as a baseline's snapshot
+        SyncDone(self.snapshot, self.baseline_lsn, self.xmin, self.xmax, self.xip)
+        if not self.id or not self.staged:
+            raise StateError(f"backfill {self.id!r} needs an id and at least one staged destination")
+        object.__setattr__(self, "xip", tuple(sorted(set(self.xip))))
+        object.__setattr__(self, "staged", dict(self.staged))
+        object.__setattr__(self, "applied", tuple(sorted(set(self.applied))))
+
+    @property
+    def pending(self) -> tuple[str, ...]:
+        """The destinations that do not have the rows yet."""
+        return tuple(name for name in self.staged if name not in self.applied)
+
+
+@dataclass(frozen=True)
 class TableState:
-    """A table of the pipeline: its phase and the last known columns (schema version)."""
+    """A table of the pipeline: its phase, the last known columns (schema version), and a
+    backfill waiting for apply (only while the table stays Ready)."""
 
     table: TableRef
     phase: TablePhase = field(default_factory=Init)
     schema_version: int = 0
     columns: tuple[ColumnInfo, ...] = ()
+    backfill: Backfill | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, TableRef):
             raise StateError(f"TableState.table must be a TableRef, not {self.table!r}")
         if self.schema_version < 0:
             raise StateError(f"table {self.table}: schema_version {self.schema_version} is negative")
+        if self.backfill is not None and not isinstance(self.phase, Ready):
+            raise StateError(f"table {self.table}: a backfill needs the table Ready, not {self.phase.kind}")
         object.__setattr__(self, "columns", tuple(self.columns))
 
     @property
@@ -91,11 +133,34 @@ class TableState:
         return str(self.table)
 
     def with_phase(self, phase: TablePhase) -> TableState:
-        """The same table in ``phase``; raises PhaseTransitionError when that move is illegal."""
+        """The same table in ``phase``; raises PhaseTransitionError when that move is illegal.
+        A pending backfill is dropped (a rebaselined or stopped table gets no backfill)."""
         check_transition(self.table, self.phase, phase)
         if isinstance(phase, Errored) and not phase.previous:
             phase = replace(phase, previous=self.phase.kind)
-        return replace(self, phase=phase)
+        return replace(self, phase=phase, backfill=None)
+
+    def check_backfill(self) -> None:
+        """StateError naming the remedy unless a new backfill may start: the table is Ready
+        and has none waiting for apply."""
+        if not isinstance(self.phase, Ready):
+            raise StateError(
+                f"table {self.key} is {self.phase.kind}, not Ready: a backfill re-sends rows of a streaming "
+                "table; let the cdc DAG bring it to Ready, or rebaseline it"
+            )
+        if self.backfill is not None:
+            raise StateError(
+                f"table {self.key} has backfill {self.backfill.id} ({self.backfill.condition or 'all rows'}) "
+                f"waiting for apply into {', '.join(self.backfill.pending)}: run the cdc DAG to apply it, "
+                "then backfill again"
+            )
+
+    def with_backfill(self, backfill: Backfill | None) -> TableState:
+        """The table with ``backfill`` pending (None: none); a new one only as ``check_backfill``
+        allows, a pending one may be updated (destinations that have it)."""
+        if backfill is not None and (self.backfill is None or self.backfill.id != backfill.id):
+            self.check_backfill()
+        return replace(self, backfill=backfill)
 
     def with_columns(self, columns: Iterable[ColumnInfo]) -> TableState:
         """Record the columns of a Relation message; a change of known columns is a new schema version.
@@ -192,6 +257,11 @@ class PipelineState:
         else:
             ts = current.with_phase(phase)
         return replace(self, tables={**self.tables, key: ts})
+
+    def with_backfill(self, table: TableRef | str, backfill: Backfill | None) -> PipelineState:
+        """Set or clear the pending backfill of a table (see ``TableState.with_backfill``)."""
+        ts = self.table(table).with_backfill(backfill)
+        return replace(self, tables={**self.tables, ts.key: ts})
 
     def without_table(self, table: TableRef | str) -> PipelineState:
         """The state without ``table`` (a no-op when it is not there)."""
@@ -377,11 +447,43 @@ def _read_phase(data: Mapping[str, Any]) -> TablePhase:
 
 
 def _table_json(ts: TableState) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "phase": _phase_json(ts.phase),
         "schema_version": ts.schema_version,
         "columns": [[c.name, c.type_oid, c.type_modifier, c.is_key] for c in ts.columns],
     }
+    if ts.backfill is not None:
+        b = ts.backfill
+        data["backfill"] = {
+            "id": b.id,
+            "condition": b.condition,
+            "snapshot": b.snapshot,
+            "baseline_lsn": str(b.baseline_lsn),
+            "xmin": b.xmin,
+            "xmax": b.xmax,
+            "xip": list(b.xip),
+            "staged": dict(b.staged),
+            "rows": b.rows,
+            "applied": list(b.applied),
+        }
+    return data
+
+
+def _read_backfill(data: Mapping[str, Any] | None) -> Backfill | None:
+    if data is None:
+        return None
+    return Backfill(
+        id=_str(data["id"], "backfill id"),
+        condition=_str(data["condition"], "backfill condition"),
+        snapshot=_str(data["snapshot"], "backfill snapshot"),
+        baseline_lsn=_lsn(data["baseline_lsn"]),
+        xmin=_int(data["xmin"], "backfill xmin"),
+        xmax=_int(data["xmax"], "backfill xmax"),
+        xip=tuple(_int(x, "backfill xip entry") for x in data["xip"]),
+        staged={_str(k, "backfill destination"): _str(v, "staged rows") for k, v in data["staged"].items()},
+        rows=_int(data["rows"], "backfill rows"),
+        applied=tuple(_str(a, "backfill destination") for a in data["applied"]),
+    )
 
 
 def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
@@ -394,6 +496,7 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
         phase=_read_phase(data["phase"]),
         schema_version=_int(data["schema_version"], "schema_version"),
         columns=columns,
+        backfill=_read_backfill(data.get("backfill")),
     )
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pgsync.baseline.handoff import applies_after_baseline, visible_in_snapshot, widen_xid
+from airflow_provider_pgsync.baseline.handoff import (
+    applies_after_baseline,
+    not_visible,
+    visible_in_snapshot,
+    widen_xid,
+)
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.phases import SyncDone
 
@@ -146,6 +152,18 @@ def test_32_bit_and_64_bit_agree_near_the_snapshot(case: tuple[int, int, tuple[i
     expected = x < xmin or (x < xmax and x not in xip)
     assert visible_in_snapshot(x, xmin, xmax, xip) is expected
     assert visible_in_snapshot(x & MASK, xmin, xmax, xip) is expected
+
+
+Case = tuple[int, int, tuple[int, ...], int]
+
+
+@settings(deadline=None)  # the first call loads pyarrow's compute kernels
+@given(st.lists(snapshot_and_xid(), min_size=1, max_size=5))
+def test_the_vectorised_rule_agrees_with_the_scalar_one(cases: list[Case]) -> None:
+    xmin, xmax, xip, _ = cases[0]  # one snapshot, the xids of every case (as pgoutput's 32 bits)
+    xids = [x & MASK for *_, x in cases]
+    unseen = not_visible(pa.array(xids, pa.int64()), xmin, xmax, xip)
+    assert unseen.tolist() == [not visible_in_snapshot(x, xmin, xmax, xip) for x in xids]
 
 
 # ---- applies_after_baseline -------------------------------------------------------------------

@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import ParamValidationError
 from airflow_provider_pgsync.dags import build_dags, destination_alias, table_asset
 from airflow_provider_pgsync.dags.params import check_confirmation, chosen_tables
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.pipeline import (
     PipelineConfig,
@@ -49,10 +50,14 @@ def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
     trigger: Any = setup.get_task("trigger_baseline")
     assert trigger.trigger_dag_id == "pgsync_shop_baseline"
 
-    assert _tasks(baseline) == {"choose_tables", "baseline"}
+    assert _tasks(baseline) == {"choose_tables", "baseline", "choose_backfills", "backfill"}
     mapped: Any = baseline.get_task("baseline")
     assert mapped.operator_class is PgBaselineOperator
     assert _upstream(baseline, "baseline") == {"choose_tables"}
+    backfills: Any = baseline.get_task("backfill")
+    assert backfills.operator_class is PgBackfillOperator
+    assert _upstream(baseline, "backfill") == {"choose_backfills"}
+    assert _upstream(baseline, "choose_backfills") == {"choose_tables"}  # the params are checked once
 
     assert _tasks(cdc) == {"capture", "apply"} and _upstream(cdc, "apply") == {"capture"}
     assert _tasks(compact) == {"compact_lake"}
@@ -161,23 +166,23 @@ CONFIG = PipelineConfig.from_mapping(
 
 
 def test_chosen_tables_keep_config_order_and_entries() -> None:
-    assert chosen_tables(CONFIG, {"tables": ["public.customers", "orders"], "mode": "rebaseline"}) == [
-        "public.orders",
-        {"table": "public.customers", "columns": ["id", "name"]},
-    ]
-    assert chosen_tables(CONFIG, {}) == [
-        "public.orders",
-        {"table": "public.customers", "columns": ["id", "name"]},
-    ]
+    entries = ["public.orders", {"table": "public.customers", "columns": ["id", "name"]}]
+    chosen = chosen_tables(CONFIG, {"tables": ["public.customers", "orders"], "mode": "rebaseline"})
+    assert chosen == {"rebaseline": entries, "backfill": []}
+    assert chosen_tables(CONFIG, {}) == {"rebaseline": entries, "backfill": []}
+
+
+def test_a_backfill_gets_each_table_with_the_filter() -> None:
+    chosen = chosen_tables(CONFIG, {"tables": ["orders"], "mode": "backfill", "backfill_filter": " id > 1 "})
+    assert chosen == {"rebaseline": [], "backfill": [{"table": "public.orders", "backfill_filter": "id > 1"}]}
+    every_row = chosen_tables(CONFIG, {"mode": "backfill", "backfill_filter": None})
+    assert [b["backfill_filter"] for b in every_row["backfill"]] == ["", ""]
 
 
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        (
-            {"mode": "backfill", "backfill_filter": "id > 1"},
-            r"'mode' = 'backfill' is not supported.*backfill_filter",
-        ),
+        ({"mode": "backfill", "backfill_filter": 7}, r"param 'backfill_filter' must be SQL text, not 7"),
         ({"mode": "merge"}, r"param 'mode' must be one of rebaseline, backfill, not 'merge'"),
         ({"backfill_filter": "id > 1"}, r"param 'backfill_filter' is for mode 'backfill' only"),
         ({"tables": []}, r"param 'tables' must be a non-empty list.*public\.orders"),

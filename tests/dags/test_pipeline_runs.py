@@ -3,8 +3,9 @@
 setup -> baseline of every table (the trigger form's defaults) -> writes -> cdc: the lake's
 views equal the source and the tables are Ready, with an asset event per changed table. Then a
 rebaseline of one table through the baseline DAG's params leaves the other table's state as it
-was, later writes stream into both, and the compact DAG folds the lake's segments; the lake
-still equals the source. Five Spark applications in all (two baselines, a rebaseline, a
+was, later writes stream into both, a backfill of some rows of one table (mode backfill) goes
+through the next cdc run, and the compact DAG folds the lake's segments; the lake still equals
+the source. Six Spark applications in all (two baselines, a rebaseline, a backfill, a
 compaction, the read-back).
 """
 
@@ -66,6 +67,7 @@ def test_setup_baseline_cdc_rebaseline_and_compact(
     baseline = pipeline.run("baseline")
     assert task_states(baseline) == {
         "choose_tables": "success", "baseline[0]": "success", "baseline[1]": "success",
+        "choose_backfills": "success", "backfill": "skipped",
     }, task_states(baseline)  # fmt: skip
     labels = {ti.rendered_map_index for ti in baseline.get_task_instances() if ti.task_id == "baseline"}
     assert labels == set(TABLES), "the mapped tasks are not labelled with their tables"
@@ -92,7 +94,10 @@ def test_setup_baseline_cdc_rebaseline_and_compact(
     notes_before = pipeline.state().table("public.notes")
     database.execute("UPDATE items SET name = 'rebaselined' WHERE id <= 3")
     again = pipeline.run("baseline", run_conf={"tables": ["public.items"], "mode": "rebaseline"})
-    assert task_states(again) == {"choose_tables": "success", "baseline[0]": "success"}, task_states(again)
+    assert task_states(again) == {
+        "choose_tables": "success", "baseline[0]": "success",
+        "choose_backfills": "success", "backfill": "skipped",
+    }, task_states(again)  # fmt: skip
     [result] = again.get_task_instances()[0].xcom_pull(task_ids="baseline")
     assert (result["table"], result["rows"]) == ("public.items", 220)
     after = pipeline.state()
@@ -109,6 +114,23 @@ def test_setup_baseline_cdc_rebaseline_and_compact(
     # only notes changed since: items came back Ready from its new base without applying anything
     assert set(_asset_events(cdc2)) == {table_asset(name, "lake", "public.notes").uri}
 
+    # a backfill of some rows of notes: staged by the baseline DAG, applied by the next cdc run;
+    # rows it re-sends that changed after its snapshot keep their newer values
+    conf = {"tables": ["public.notes"], "mode": "backfill", "backfill_filter": "id <= 20"}
+    backfill = pipeline.run("baseline", run_conf=conf)
+    assert task_states(backfill) == {
+        "choose_tables": "success", "baseline": "skipped",
+        "choose_backfills": "success", "backfill[0]": "success",
+    }, task_states(backfill)  # fmt: skip
+    [staged] = backfill.get_task_instances()[0].xcom_pull(task_ids="backfill")
+    assert (staged["table"], staged["rows"], staged["condition"]) == ("public.notes", 20, "id <= 20")
+    assert pipeline.state().table("public.notes").backfill is not None
+    database.execute("UPDATE notes SET body = 'after the backfill' WHERE id = 3")
+    cdc3 = pipeline.run("cdc")
+    assert str(cdc3.state) == "success", task_states(cdc3)
+    assert pipeline.state().table("public.notes").backfill is None
+    assert _asset_events(cdc3)[table_asset(name, "lake", "public.notes").uri]["applied"] == 1 + 19
+
     compact = pipeline.run("compact")
     assert task_states(compact) == {"compact_lake": "success"}, task_states(compact)
     folded = compact.get_task_instances()[0].xcom_pull(task_ids="compact_lake")
@@ -117,12 +139,13 @@ def test_setup_baseline_cdc_rebaseline_and_compact(
     _check_lake(database, lake)
 
 
-def test_backfill_fails_before_any_baseline_naming_what_is_missing(
+def test_a_backfill_before_any_baseline_fails_naming_the_phase(
     database: Database, make_pipeline_dags: MakePipelineDags
 ) -> None:
     database.execute("CREATE TABLE items (id int PRIMARY KEY)")
     pipeline = make_pipeline_dags(["items"])
+    assert str(pipeline.run("setup").state) == "success"
     run = pipeline.run("baseline", run_conf={"mode": "backfill", "backfill_filter": "id > 10"})
     assert str(run.state) == "failed"
-    assert task_states(run) == {"choose_tables": "failed", "baseline": "upstream_failed"}, task_states(run)
-    assert pipeline.state().tables == {}, "a baseline started"
+    assert task_states(run)["backfill[0]"] == "failed", task_states(run)
+    assert pipeline.state().table("public.items").phase.kind == "Init", "the backfill changed the table"

@@ -4,16 +4,21 @@ The API server runs in its own AIRFLOW_HOME (a tmp folder whose ``plugins/`` imp
 plugin class) on the tests' metadata database, with the SimpleAuthManager letting everyone
 in as admin. Screenshots go to ``.dev/screenshots/`` (ignored by git).
 
-The lag chart reads the XCom return values of ``capture`` runs of ``pgsync_shop_cdc``. This
-test runs a stand-in of that DAG whose ``capture`` returns the positions the real capture
-operator does not return yet (``start_lsn``, ``upto_lsn``: see ``plugins.status``); its
-Params also give the trigger form something to show.
+The lag chart reads the XCom return values (``start_lsn``, ``upto_lsn``) of ``capture`` runs
+of ``pgsync_shop_cdc``. This test runs a stand-in of that DAG whose ``capture`` returns given
+positions the way the real capture operator does: the real cdc DAG would move the shop's
+saved state and apply into a lake (a Spark job per run).
+
+The trigger form is the one of the real baseline DAG of pipeline ``shop``, built by the DAG
+factory from the shop's config and stored in the metadata database like the DAG processor
+does (not run): its fields are the Params of ``dags.params.baseline_params``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,14 +26,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.conftest import REPO, Database, RunDag, free_port
 from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
+
+if TYPE_CHECKING:
+    from airflow_provider_pgsync.pipeline import PipelineConfig
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = REPO / ".dev" / "screenshots"
@@ -42,7 +51,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-PARAM_TITLES = ("Tables to rebaseline", "Rebaseline from scratch")
 
 
 def _wait_healthy(base: str, server: subprocess.Popen[bytes], log: Path, deadline_s: float = 180) -> None:
@@ -114,16 +122,9 @@ def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
 
 def _cdc_stand_in(positions: list[tuple[str, str]]) -> Any:
     """A DAG ``pgsync_shop_cdc`` whose ``capture`` returns the given (start, upto) positions in turn."""
-    from airflow.sdk import DAG, Param, task
+    from airflow.sdk import DAG, task
 
-    with DAG(
-        "pgsync_shop_cdc",
-        schedule=None,
-        params={
-            "tables": Param("public.orders", type="string", title=PARAM_TITLES[0]),
-            "from_scratch": Param(False, type="boolean", title=PARAM_TITLES[1]),
-        },
-    ) as dag:
+    with DAG("pgsync_shop_cdc", schedule=None) as dag:
 
         @task(task_id="capture")
         def capture(**context: Any) -> dict[str, Any]:
@@ -138,6 +139,74 @@ def _cdc_stand_in(positions: list[tuple[str, str]]) -> Any:
     return dag
 
 
+@dataclass
+class BaselineDag:
+    """The shop's baseline DAG as stored in the metadata database, and the pipeline's config."""
+
+    dag_id: str
+    config: PipelineConfig
+
+
+def _check_baseline_trigger_form(page: Any, base: str, baseline: BaselineDag) -> None:
+    """Open the baseline DAG's trigger form and check it shows the Params of ``baseline_params``."""
+    from playwright.sync_api import expect
+
+    from airflow_provider_pgsync.dags.params import baseline_params
+
+    params = baseline_params(baseline.config)
+    page.goto(f"{base}/dags/{baseline.dag_id}")
+    page.get_by_role("button", name="Trigger").first.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(baseline.dag_id, timeout=30_000)
+
+    def row(name: str) -> Any:
+        """The form row of param ``name``: its label, its field (id ``element_<name>``), its help."""
+        return dialog.get_by_role("group").filter(has=page.locator(f"#element_{name}"))
+
+    row("tables").wait_for(timeout=30_000)  # the form is drawn once the DAG's params are loaded
+    for name, param in params.items():
+        # the label is the title, with a red * after required ones (hidden from the accessible name)
+        expect(row(name).locator("label")).to_have_text(
+            re.compile(rf"^{re.escape(param.schema['title'])}\s*\*?$")
+        )
+        expect(row(name).locator('[data-part="helper-text"]')).to_have_text(param.description)
+
+    # tables: a multi-select showing the default tables (all) as removable chips
+    tables = row("tables").locator("#element_tables")
+    chosen = tables.locator('input[name="element_tables"]')  # a hidden input per chip: the value sent
+    default_tables = params["tables"].value
+    assert default_tables == list(baseline.config.table_keys)
+    for key in default_tables:
+        expect(tables.get_by_text(key, exact=True)).to_be_visible()
+        expect(tables.get_by_label(f"Remove {key}", exact=True)).to_be_visible()
+    expect(chosen).to_have_count(len(default_tables))
+    assert [i.get_attribute("value") for i in chosen.all()] == default_tables
+    # mode: a select showing the default
+    mode = row("mode").locator("#element_mode")
+    modes, default_mode = params["mode"].schema["enum"], params["mode"].value
+    expect(mode).to_contain_text(default_mode)
+    expect(mode.locator('input[name="element_mode"]')).to_have_value(default_mode)
+    expect(row("backfill_filter").locator("#element_backfill_filter")).to_have_value("")
+    page.screenshot(path=str(SCREENSHOTS / "baseline-trigger-form.png"), full_page=True)
+
+    # mode: its options are the param's enum, the default selected; another one can be chosen
+    mode.get_by_role("combobox").click()
+    expect(mode.get_by_role("option")).to_have_text(modes)
+    expect(mode.get_by_role("option", selected=True)).to_have_text(default_mode)
+    (other_mode,) = (m for m in modes if m != default_mode)
+    mode.get_by_role("option", name=other_mode, exact=True).click()
+    expect(mode.get_by_role("option")).to_have_count(0)  # the menu closed
+    expect(mode.locator('input[name="element_mode"]')).to_have_value(other_mode)
+
+    # tables: with every chip removed, the menu offers all the config's tables, in config order
+    for key in default_tables:
+        tables.get_by_label(f"Remove {key}", exact=True).click()
+    expect(tables.get_by_label(re.compile(r"^Remove "))).to_have_count(0)
+    expect(chosen).to_have_value("")  # react-select keeps one empty hidden input
+    tables.get_by_role("combobox").click()
+    expect(tables.get_by_role("option")).to_have_text(list(baseline.config.table_keys))
+
+
 def _chromium() -> str:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install it with `make deps` (or: apt-get install chromium)")
@@ -148,14 +217,43 @@ def _chromium() -> str:
 def cdc_dag_runs(airflow_db: None) -> Iterator[str]:
     """The id of the stand-in cdc DAG; its runs and XComs are deleted from the session's metadata DB after."""
     from airflow.api.common.delete_dag import delete_dag
+    from airflow.exceptions import DagNotFound
 
     yield "pgsync_shop_cdc"
-    delete_dag("pgsync_shop_cdc")
+    with contextlib.suppress(DagNotFound):  # the test failed before running it
+        delete_dag("pgsync_shop_cdc")
+
+
+@pytest.fixture
+def baseline_dag(shop: Shop, airflow_db: None) -> Iterator[BaselineDag]:
+    """The shop's real baseline DAG (from the DAG factory), stored in the session's metadata DB
+    like the DAG processor stores it, without running it; deleted from there after."""
+    from airflow.api.common.delete_dag import delete_dag
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    from airflow_provider_pgsync.dags import build_dags, dag_id
+    from airflow_provider_pgsync.pipeline import pipelines_from
+
+    (config,) = (c for c in pipelines_from(shop.config) if c.name == "shop")
+    baseline_id = dag_id(config.name, "baseline")
+    bag = DagBag(dag_folder=os.devnull, collect_dags=False)
+    bag.bag_dag(build_dags(config)[baseline_id])
+    sync_bag_to_db(bag, "dags-folder", None)
+    try:
+        yield BaselineDag(baseline_id, config)
+    finally:
+        delete_dag(baseline_id)
 
 
 @pytest.mark.slow
 def test_status_page_in_chromium(
-    shop: Shop, database: Database, run_dag: RunDag, cdc_dag_runs: str, api_server: str, tmp_path: Path
+    shop: Shop,
+    database: Database,
+    run_dag: RunDag,
+    cdc_dag_runs: str,
+    baseline_dag: BaselineDag,
+    api_server: str,
+    tmp_path: Path,
 ) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -198,13 +296,7 @@ def test_status_page_in_chromium(
             assert frame.locator('tr[data-table="public.customers"] .phase').inner_text() == "Errored"
             page.screenshot(path=str(SCREENSHOTS / "pgsync-status-in-ui.png"), full_page=True)
 
-            # the trigger form of a DAG with Params shows a field per param
-            page.goto(f"{api_server}/dags/pgsync_shop_cdc")
-            page.get_by_role("button", name="Trigger").first.click()
-            dialog = page.get_by_role("dialog")
-            for title in PARAM_TITLES:
-                dialog.get_by_text(title).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(SCREENSHOTS / "trigger-form.png"), full_page=True)
+            _check_baseline_trigger_form(page, api_server, baseline_dag)
         finally:
             browser.close()
     shutil.rmtree(profile, ignore_errors=True)

@@ -18,7 +18,7 @@ from airflow_provider_pgsync.plugins.status import (
     row_estimate,
     table_rows,
 )
-from airflow_provider_pgsync.state import Init, PipelineState
+from airflow_provider_pgsync.state import Backfill, DataSync, Init, PipelineState, Ready, SyncDone
 from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -107,6 +107,16 @@ def test_table_rows_keep_config_order_and_show_tables_the_config_lost() -> None:
     ]
     assert "no longer in the config" in rows[1].detail
     assert row_estimate("public.a", None) == (None, "unknown: the source could not be read")
+
+
+def test_a_pending_backfill_is_shown_with_what_it_waits_for() -> None:
+    state = PipelineState("p").with_table_phase("public.a", Init()).with_table_phase("public.a", DataSync())
+    state = state.with_table_phase("public.a", SyncDone("s", LSN.parse("0/10"), 5, 5))
+    state = state.with_table_phase("public.a", Ready())
+    backfill = Backfill("b7", "id > 3", "s2", LSN.parse("0/20"), 6, 6, (), {"lake": "/b7"}, rows=1234)
+    [row] = table_rows(["public.a"], state.with_backfill("public.a", backfill), {})
+    assert row.phase == "Ready"
+    assert row.detail == "backfill b7 (id > 3, 1,234 rows) waits for apply into lake once capture passes 0/20"
 
 
 def test_watermark_and_lag_seconds() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import (
     XID_MAX,
+    Backfill,
     ColumnInfo,
     DataSync,
     Errored,
@@ -65,11 +67,34 @@ def segments(draw: st.DrawFn) -> SegmentInfo:
 
 
 @st.composite
+def backfills(draw: st.DrawFn) -> Backfill:
+    snapshot = draw(sync_done())
+    staged = draw(st.dictionaries(names, names, min_size=1, max_size=2))
+    return Backfill(
+        id=draw(names),
+        condition=draw(st.just("") | names),
+        snapshot=snapshot.snapshot,
+        baseline_lsn=snapshot.baseline_lsn,
+        xmin=snapshot.xmin,
+        xmax=snapshot.xmax,
+        xip=snapshot.xip,
+        staged=staged,
+        rows=draw(st.integers(0, 2**40)),
+        applied=tuple(draw(st.lists(st.sampled_from(sorted(staged)), max_size=1))),
+    )
+
+
+@st.composite
+def table_states(draw: st.DrawFn, table: TableRef) -> TableState:
+    phase = draw(phases)
+    backfill = draw(st.none() | backfills()) if isinstance(phase, Ready) else None
+    cols = tuple(draw(st.lists(columns, max_size=3)))
+    return TableState(table, phase, draw(st.integers(0, 2**40)), cols, backfill)
+
+
+@st.composite
 def pipeline_states(draw: st.DrawFn) -> PipelineState:
-    table_states = [
-        TableState(t, draw(phases), draw(st.integers(0, 2**40)), tuple(draw(st.lists(columns, max_size=3))))
-        for t in draw(st.lists(tables, max_size=4, unique=True))
-    ]
+    table_states_ = [draw(table_states(t)) for t in draw(st.lists(tables, max_size=4, unique=True))]
     return PipelineState(
         pipeline=draw(
             st.from_regex(r"[a-z_][a-z0-9_.-]{0,30}", fullmatch=True).filter(lambda n: ".." not in n)
@@ -80,7 +105,7 @@ def pipeline_states(draw: st.DrawFn) -> PipelineState:
         last_end_lsn=draw(st.none() | lsns),
         segments=tuple(draw(st.lists(segments(), max_size=4))),
         watermarks=draw(st.dictionaries(names, names, max_size=3)),
-        tables={ts.key: ts for ts in table_states},
+        tables={ts.key: ts for ts in table_states_},
     )
 
 
@@ -117,6 +142,59 @@ def test_full_state_round_trip_with_extremes() -> None:
     assert data["segments"][0]["last_commit_lsn"] == "FFFFFFFF/FFFFFFFF"
     assert PipelineState.from_json(json.loads(json.dumps(data))) == state
     assert TableRef.parse(next(iter(data["tables"]))) in (ODD, TableRef("public", "plain"))
+
+
+# ---- backfills ------------------------------------------------------------------------------
+
+
+def _backfill(id_: str = "b1", staged: dict[str, str] | None = None) -> Backfill:
+    return Backfill(
+        id_,
+        "id > 10",
+        "snap-2",
+        LSN.parse("0/3000"),
+        700,
+        705,
+        (701,),
+        staged or {"lake": "/lake/b1"},
+        rows=5,
+    )
+
+
+def _ready(table: str = "public.items") -> PipelineState:
+    state = PipelineState("p").with_table_phase(table, Init()).with_table_phase(table, DataSync())
+    state = state.with_table_phase(table, SyncDone("snap-1", LSN.parse("0/1000"), 500, 500))
+    return state.with_table_phase(table, Ready())
+
+
+def test_a_backfill_waits_on_a_ready_table_until_every_destination_has_it() -> None:
+    state = _ready().with_backfill("public.items", _backfill(staged={"lake": "/a", "lake_two": "/b"}))
+    backfill = state.table("public.items").backfill
+    assert backfill is not None and backfill.pending == ("lake", "lake_two")
+    state = state.with_backfill("public.items", replace(backfill, applied=("lake",)))  # the same one, updated
+    updated = state.table("public.items").backfill
+    assert updated is not None and updated.pending == ("lake_two",)
+    assert PipelineState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert state.with_backfill("public.items", None).table("public.items").backfill is None
+
+
+def test_a_second_backfill_or_one_of_a_table_not_ready_is_refused_naming_the_remedy() -> None:
+    state = _ready().with_backfill("public.items", _backfill())
+    with pytest.raises(
+        StateError, match=r"has backfill b1 \(id > 10\) waiting for apply into lake: run the cdc"
+    ):
+        state.with_backfill("public.items", _backfill("b2"))
+    synced = PipelineState("p").with_table_phase("t", Init()).with_table_phase("t", DataSync())
+    with pytest.raises(StateError, match=r"public.t is DataSync, not Ready.*rebaseline it"):
+        synced.with_backfill("t", _backfill())
+    with pytest.raises(StateError, match="a backfill needs the table Ready"):
+        TableState(TableRef("public", "t"), Init(), backfill=_backfill())
+
+
+@pytest.mark.parametrize("phase", [Init(), Errored("lost", "rebaseline", "manual")])
+def test_leaving_ready_drops_a_pending_backfill(phase: TablePhase) -> None:
+    state = _ready().with_backfill("public.items", _backfill()).with_table_phase("public.items", phase)
+    assert state.table("public.items").backfill is None
 
 
 # ---- helpers --------------------------------------------------------------------------------

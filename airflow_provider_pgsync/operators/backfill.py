@@ -1,0 +1,136 @@
+"""PgBackfillOperator: re-send the rows of a streaming table that match a condition.
+
+The rows are read like a baseline (one exported snapshot, the same Spark job) but staged for
+apply instead of replacing the base; apply merges them into each lake destination at the
+point of the stream where that is exact (``apply/backfill.py``). The table stays Ready and
+keeps streaming throughout; a failed backfill changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from airflow.sdk import Context
+from psycopg import sql
+
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+from airflow_provider_pgsync.errors import BaselineError, ConfigError
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
+from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.publication import published_table
+from airflow_provider_pgsync.state.model import Backfill, table_key
+from airflow_provider_pgsync.state.store import update_state
+
+
+class PgBackfillOperator(PgBaselineOperator):
+    """Re-read the rows of a Ready table matching ``backfill_filter`` from one exported snapshot
+    (a Spark job, as the baseline) and stage them; the next apply writes them over the lake
+    destinations' rows, keeping the newer rows of keys changed since the snapshot. The rest of
+    the table is left as it is: nothing is deleted.
+
+    :param backfill_filter: a SQL condition on the table's columns (``id > 1000``); empty or
+        None re-sends every row. It runs in a read-only transaction.
+
+    The other arguments are ``PgBaselineOperator``'s (``rebaseline`` is not taken).
+    """
+
+    template_fields = (*PgBaselineOperator.template_fields, "backfill_filter")
+
+    def __init__(self, *, backfill_filter: str | None = None, **kwargs: Any) -> None:
+        if "rebaseline" in kwargs:
+            raise ConfigError("PgBackfillOperator takes no 'rebaseline': a backfill leaves the base in place")
+        super().__init__(**kwargs)
+        self.backfill_filter = backfill_filter
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec_table = published_table(self.table)
+        key = table_key(spec_table.table)
+        condition = (self.backfill_filter or "").strip()
+        lakes = [_lake(d) for d in self.destinations]
+        hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
+        store = open_state_store(
+            self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
+        )
+        store.load(self.pipeline).table(key).check_backfill()
+        backfill_id = f"b{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+        try:
+            with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
+                check_condition(conn, spec_table.table, condition)
+                spec = self._job_spec(
+                    hook, conn, spec_table, snapshot, lakes, condition=condition, stage_as=backfill_id
+                )
+                if not spec.keys or len(spec.keys) == len(spec.columns):
+                    raise ConfigError(
+                        f"table {key} has no key short of the whole row (REPLICA IDENTITY FULL without a "
+                        "primary key): a backfill cannot tell which rows it replaces; rebaseline the table"
+                    )
+                self.log.info(
+                    "backfill %s %s (%s): snapshot %s at %s",
+                    key,
+                    backfill_id,
+                    condition or "all rows",
+                    snapshot.snapshot,
+                    snapshot.baseline_lsn,
+                )
+                result = self._run_job(spec)
+            if not result.ok:
+                raise BaselineError(f"backfill of {key} failed in Spark: {result.error}")
+            backfill = Backfill(
+                id=backfill_id,
+                condition=condition,
+                snapshot=snapshot.snapshot,
+                baseline_lsn=snapshot.baseline_lsn,
+                xmin=snapshot.xmin,
+                xmax=snapshot.xmax,
+                xip=snapshot.xip,
+                staged={w["destination"]: w["location"] for w in result.written},
+                rows=result.rows,
+            )
+            update_state(store, self.pipeline, lambda s: s.with_backfill(key, backfill))
+        except BaseException:
+            _discard(lakes, spec_table.table, backfill_id)  # the table's state is untouched
+            raise
+        self.log.info(
+            "backfill %s %s: %s rows staged; the next cdc run applies them once capture passes %s",
+            key,
+            backfill_id,
+            f"{result.rows:,}",
+            snapshot.baseline_lsn,
+        )
+        return {
+            "table": key,
+            "backfill": backfill_id,
+            "condition": condition,
+            "rows": result.rows,
+            "baseline_lsn": str(snapshot.baseline_lsn),
+            "staged": dict(backfill.staged),
+        }
+
+
+def check_condition(conn: psycopg.Connection[Any], table: TableRef, condition: str) -> None:
+    """ConfigError naming the condition and PostgreSQL's objection unless ``condition`` is a
+    valid ``WHERE`` condition on ``table`` (planned, not run, in a savepoint of ``conn``)."""
+    if not condition:
+        return
+    query = sql.SQL("EXPLAIN SELECT FROM {} WHERE ({})").format(table.identifier, sql.SQL(condition))
+    try:
+        with conn.transaction():
+            conn.execute(query)
+    except psycopg.Error as exc:
+        problem = exc.diag.message_primary or str(exc).splitlines()[0]
+        raise ConfigError(
+            f"backfill_filter {condition!r} is not a condition on table {table}: {problem}; write a SQL "
+            "boolean expression over the table's columns, e.g. id > 1000"
+        ) from None
+
+
+def _discard(lakes: list[LakeDestination], table: TableRef, backfill_id: str) -> None:
+    """Remove what a failed backfill may have staged."""
+    for lake in lakes:
+        LakeChanges(lake).discard_backfill(lake.backfill_dir(table, backfill_id))
