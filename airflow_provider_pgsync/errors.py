@@ -84,6 +84,20 @@ class CaptureBusyError(PgSyncError):
         )
 
 
+class ApplyBusyError(PgSyncError):
+    """Another apply of the same pipeline is running; this one did nothing."""
+
+    retryable = True
+
+    def __init__(self, pipeline: str, holder: str) -> None:
+        self.pipeline = pipeline
+        self.holder = holder
+        super().__init__(
+            f"apply of pipeline {pipeline!r} is already running in {holder}; this run did nothing: "
+            "wait for it to finish (the cdc DAG runs one apply at a time)"
+        )
+
+
 class SourceUnavailableError(PgSyncError):
     """The source server could not be reached; running again later may succeed."""
 
@@ -97,11 +111,19 @@ class StateError(PgSyncError):
 class PhaseTransitionError(StateError):
     """A table was asked to move between two phases that the state machine does not connect."""
 
-    def __init__(self, table: str, from_phase: str, to_phase: str, remedy: str) -> None:
+    def __init__(
+        self, table: str, from_phase: str, to_phase: str, remedy: str, *, destination: str | None = None
+    ) -> None:
         self.table = table
         self.from_phase = from_phase
         self.to_phase = to_phase
-        super().__init__(f"table {table}: illegal phase transition {from_phase} -> {to_phase}; {remedy}")
+        self.destination = destination
+        where = f"table {table}" + (f" in destination {destination}" if destination else "")
+        super().__init__(f"{where}: illegal phase transition {from_phase} -> {to_phase}; {remedy}")
+
+
+class StaleDecisionError(StateError):
+    """A phase move was decided for a baseline that is no longer the destination's; it was dropped."""
 
 
 class StateConflictError(StateError):
@@ -148,6 +170,17 @@ class BaselineError(PgSyncError):
 
 class DestinationError(PgSyncError):
     """A destination cannot take a table's changes; its tables go Errored, capture goes on."""
+
+
+class DestinationUnavailableError(DestinationError):
+    """A destination could not be reached or lost its connection; running again later may succeed
+    (apply leaves the phases as they were and fails its task for Airflow to retry)."""
+
+    retryable = True
+
+
+class ApplyFailedError(PgSyncError):
+    """Apply ended with tables Errored in some destination: lists each with reason and remedy."""
 
 
 class TableErroredError(StateError):

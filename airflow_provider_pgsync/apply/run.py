@@ -18,10 +18,12 @@ from airflow_provider_pgsync.apply.backfill import touched_keys
 from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import columns_of
+from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
-from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
+from airflow_provider_pgsync.state.destination import DestinationState
 from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, PipelineState, SegmentInfo, TableState
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
 
@@ -54,20 +56,28 @@ def apply_table(
     most ``batch_rows`` changes and about ``batch_bytes``, cut between transactions (a
     transaction larger than that is split).
 
-    A table in SyncDone gets only the changes of transactions its baseline snapshot did not
-    see (the rest is in the base); it becomes Ready once capture has passed its
-    ``baseline_lsn`` and every captured change is applied. A Ready table's pending backfill is
-    merged into the destination at the same point (``apply/backfill.py``). A failing
-    destination or a schema change it cannot take leaves the table Errored (or, for
-    Rebaseline, back in Init). Tables in other phases are left alone.
+    The phase is the table's in this destination (``TableState.destination``). In SyncDone
+    it gets only the changes of transactions its baseline snapshot did not see (the rest is
+    in the base), read from the segments that can hold them (``handoff_segments``); it
+    becomes Ready once capture has passed its ``baseline_lsn`` and every captured change is
+    applied. A Ready table's pending backfill is merged into the destination at the same
+    point (``apply/backfill.py``). A destination that refuses the changes or a schema change
+    it cannot take leaves the table Errored in it (or, for Rebaseline, back in Init); an
+    Errored one that may be retried (``applying_phase``) is tried again from its watermark
+    and goes back to the phase it left when it succeeds. A destination that cannot be
+    reached raises DestinationUnavailableError and nothing changes. Tables in other phases
+    are left alone.
     """
-    phase = table_state.phase
+    current = table_state.destination(destination.name)
+    phase = applying_phase(current)
     table, key = table_state.table, table_state.key
-    if not isinstance(phase, SyncDone | Ready):
-        return TableApplied(key, 0, 0, None, phase)
+    if phase is None:
+        return TableApplied(key, 0, 0, None, current.phase)
     segments = [s for s in state.segments if s.table == key]
-    versions = _columns_by_version(changelog, segments)
     watermark = destination.watermark(table)
+    if isinstance(phase, SyncDone) and watermark is None:
+        segments = handoff_segments(segments, phase)
+    versions = _columns_by_version(changelog, segments)
     known = _version_at(segments, watermark)
     if known is not None or versions:
         first = known if known is not None else min(versions)
@@ -110,6 +120,8 @@ def apply_table(
                 " (a TRUNCATE since the snapshot: nothing to write)" if touched.truncated else "",
             )
             return TableApplied(key, applied, in_base, upto, phase, backfilled=written)
+    except DestinationUnavailableError:
+        raise  # transient: the task fails for Airflow to retry, the phase stays as it is
     except DestinationError as exc:
         return TableApplied(
             key,
@@ -118,8 +130,12 @@ def apply_table(
             watermark,
             Errored(
                 reason=str(exc),
-                solution=f"fix destination {destination.name} and run apply again, or rebaseline {key}",
+                solution=(
+                    f"fix table {key} in destination {destination.name} as the reason says, then run "
+                    f"apply again (the cdc DAG), or rebaseline {key} in {destination.name}"
+                ),
                 retry="manual",
+                previous=phase.kind,
             ),
         )
     new_phase: TablePhase = phase
@@ -137,6 +153,21 @@ def apply_table(
         )
         new_phase = Ready()
     return TableApplied(key, applied, in_base, watermark, new_phase)
+
+
+def applying_phase(current: DestinationState) -> SyncDone | Ready | None:
+    """The phase apply works in for a destination: SyncDone or Ready; for an Errored one whose
+    retry is not ``none`` and that left SyncDone or Ready, that phase again (a resumed apply
+    starts from the destination's own watermark); None: nothing to apply now."""
+    phase = current.phase
+    if isinstance(phase, SyncDone | Ready):
+        return phase
+    if isinstance(phase, Errored) and phase.retry != "none":
+        if phase.previous == "Ready":
+            return Ready()
+        if phase.previous == "SyncDone" and current.baseline is not None:
+            return current.baseline
+    return None
 
 
 def _backfill_due(state: PipelineState, backfill: Backfill, destination: Destination) -> bool:
@@ -216,6 +247,8 @@ def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:
         return Init()
     return Errored(
         reason=f"table {table_state.key} changed its columns in a way its destination cannot follow",
-        solution=f"rebaseline {table_state.key} (or change the destination table by hand and retry)",
+        solution=(
+            f"rebaseline {table_state.key} (or change the destination table by hand and run apply again)"
+        ),
         retry="manual",
     )

@@ -19,8 +19,10 @@ class SlotProblem:
 def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) -> SlotProblem | None:
     """None when capture may go on; otherwise the problem (tables go to Errored)."""
     rebaseline = (
-        f"recreate the slot (PgCreateSlotOperator slot_name={slot_name!r}) and rebaseline every "
-        "table of the pipeline: changes from the time the slot was missing cannot be recovered"
+        "run the pipeline's setup DAG (or PgCreateSlotOperator and then its init_tables step): it creates "
+        f"slot {slot_name} again where missing, adopts it and sends every table of every destination "
+        "back to baseline, which the setup DAG then triggers; changes from the time the slot was "
+        "missing cannot be recovered otherwise"
     )
     if info is None:
         return SlotProblem(f"replication slot {slot_name} does not exist", rebaseline)
@@ -28,8 +30,8 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
         return SlotProblem(
             f"replication slot {slot_name} was invalidated (wal_status 'lost'): the server removed WAL "
             "it still needed, probably because of max_slot_wal_keep_size",
-            f"drop the slot (PgDropSlotOperator), then {rebaseline}; run capture more often or raise "
-            "max_slot_wal_keep_size",
+            f"drop the slot (PgDropSlotOperator, or SELECT pg_drop_replication_slot('{slot_name}')), then "
+            f"{rebaseline}; run capture more often or raise max_slot_wal_keep_size",
         )
     if state.slot_name is not None and state.slot_name != slot_name:
         return SlotProblem(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from airflow_provider_pgsync.capture.health import slot_problem
 from airflow_provider_pgsync.errors import SlotError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
@@ -28,7 +29,14 @@ def _store(config: PipelineConfig, hook: PgReplicationHook) -> StateStore:
 def init_tables(config: PipelineConfig) -> dict[str, str]:
     """Record the slot the state is built from (when none is recorded yet) and put every table of
     the config that the state does not hold yet in phase Init; tables already there keep their
-    phase. Returns each config table's phase."""
+    phase. Returns each config table's phase.
+
+    A slot that is not the one the state was built from (dropped and created again by the
+    setup's ``create_slot``, or replaced behind the pipeline's back) is adopted: capture goes
+    on from it, and every table goes back to Init in every destination, because the changes
+    in between are lost (the documented recovery of a lost or replaced slot). A slot that is
+    invalidated (``lost``) must be dropped first.
+    """
     hook = PgReplicationHook(postgres_conn_id=config.source_conn_id)
     info = hook.slot_info(config.slot_name)
     if info is None or info.confirmed_flush_lsn is None:
@@ -37,9 +45,24 @@ def init_tables(config: PipelineConfig) -> dict[str, str]:
             "confirmed position yet); run the setup DAG's 'create_slot' task first"
         )
 
+    confirmed = info.confirmed_flush_lsn
+
     def change(state: PipelineState) -> PipelineState:
+        problem = slot_problem(state, config.slot_name, info)
+        if problem is not None:
+            if info.lost:
+                raise SlotError(f"{problem.reason}; {problem.solution}")
+            log.warning(
+                "pipeline %s: %s; adopting slot %s from %s on and sending every table of every "
+                "destination back to baseline",
+                config.name,
+                problem.reason,
+                config.slot_name,
+                confirmed,
+            )
+            state = state.with_new_slot(config.slot_name, confirmed)
         if state.slot_name is None:
-            state = state.with_slot(config.slot_name, info.confirmed_flush_lsn)
+            state = state.with_slot(config.slot_name, confirmed)
         for key in config.table_keys:
             if key not in state.tables:
                 state = state.with_table_phase(key, Init())

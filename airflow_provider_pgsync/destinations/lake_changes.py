@@ -325,8 +325,14 @@ class LakeChanges(Destination):
         patched = {name: arrays[name].to_pylist() for name in opened.columns}
         for index, (unchanged, source) in records.carry.items():
             row = current.get(typed_of[source])
+            if row is None:  # DESIGN rule 6: never NULL for a value the source kept
+                raise DestinationError(
+                    f"lake table {table} has no row with key {_key_text(keys, source)}, whose unchanged "
+                    f"TOAST values ({', '.join(sorted(unchanged))}) a change of the source keeps: the "
+                    "destination lost rows; rebaseline the table"
+                )
             for name in unchanged:
-                patched[name][index] = row.get(name) if row is not None else None
+                patched[name][index] = row.get(name)
         carried = {n for unchanged, _ in records.carry.values() for n in unchanged}
         return {
             name: (pa.array(patched[name], opened.types[name]) if name in carried else array)
@@ -361,6 +367,10 @@ class LakeChanges(Destination):
                 else:
                     rows[tuple(row[k] for k in keys)] = row
         return rows
+
+
+def _key_text(keys: list[str], values: KeyValues) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
 
 
 def _source(key: KeyValues, present: Present) -> KeyValues:

@@ -41,7 +41,7 @@ from airflow_provider_pgsync.apply.net import (
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
-from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 
@@ -92,7 +92,10 @@ class PostgresDestination(Destination):
         self.name = name
         self.control_schema = control_schema
         self.fillfactor = fillfactor
-        self._conn = psycopg.connect(conninfo, autocommit=True)
+        try:
+            self._conn = psycopg.connect(conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(name, "connecting", exc) from exc
         for statement in _SESSION:
             self._conn.execute(statement)
         self._types: dict[tuple[int, int], str] = {}
@@ -139,13 +142,19 @@ class PostgresDestination(Destination):
             )
 
     def watermark(self, table: TableRef) -> Key | None:
-        row = self._conn.execute(
+        try:
+            row = self._read_watermark(table)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"reading the watermark of {table}", exc) from exc
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def _read_watermark(self, table: TableRef) -> tuple[Any, ...] | None:
+        return self._conn.execute(
             sql.SQL("SELECT commit_lsn, seq FROM {} WHERE destination = %s AND table_key = %s").format(
                 self._watermarks
             ),
             (self.name, str(table)),
         ).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]))
 
     def apply(
         self, table: TableRef, columns: Sequence[ColumnInfo], changes: pa.RecordBatch, upto: Key
@@ -170,6 +179,8 @@ class PostgresDestination(Destination):
                     ).format(self._watermarks),
                     (self.name, str(table), upto[0], upto[1]),
                 )
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"applying changes to {table}", exc) from exc
         except psycopg.Error as exc:
             raise DestinationError(
                 f"destination {self.name}: table {table} could not take a batch of changes up to "
@@ -487,6 +498,15 @@ class PostgresDestination(Destination):
         return sql.SQL(" AND ").join(
             sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(by_name[k]))) for k in keys
         )
+
+
+def _unavailable(name: str, doing: str, exc: psycopg.OperationalError) -> DestinationUnavailableError:
+    """A lost or refused connection: nothing was applied, and a later run may succeed."""
+    detail = (exc.diag.message_primary if hasattr(exc, "diag") else None) or str(exc).strip()
+    return DestinationUnavailableError(
+        f"destination {name} could not be reached while {doing}: {detail}; nothing of it was applied: "
+        "check that the server runs and accepts the connection; the next run goes on from the watermark"
+    )
 
 
 def _join(keys: list[str]) -> sql.Composed:

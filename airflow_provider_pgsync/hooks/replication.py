@@ -20,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 
 from airflow_provider_pgsync.errors import (
+    ApplyBusyError,
     CaptureBusyError,
     ConfigError,
     PreflightError,
@@ -28,13 +29,13 @@ from airflow_provider_pgsync.errors import (
 )
 from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
 from airflow_provider_pgsync.hooks.catalog import desired_state, publication_state, table_facts
+from airflow_provider_pgsync.hooks.run_locks import APPLY_LOCK_CLASS, CAPTURE_LOCK_CLASS, session_lock
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot, export_snapshot
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
 from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
 
-CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
 PeekedRow = tuple[LSN, int, bytes]
@@ -445,34 +446,19 @@ class PgReplicationHook(PostgresHook):
         names the running one.
         """
         name = validate_slot_name(slot_name)
-        conn = self.connect()
-        try:
-            conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CAPTURE_LOCK_CLASS, name)
-            ).fetchone()
-            if not row or not row[0]:
-                raise CaptureBusyError(name, self._lock_holder(conn, name))
+        with session_lock(
+            self.connect(), CAPTURE_LOCK_CLASS, name, holder, lambda other: CaptureBusyError(name, other)
+        ):
             yield
-        finally:
-            conn.close()  # ends the session, which releases the lock
 
-    @staticmethod
-    def _lock_holder(conn: psycopg.Connection[Any], slot_name: str) -> str:
-        row = conn.execute(
-            """
-            SELECT a.pid, a.application_name, a.backend_start, a.client_addr::text
-            FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-              AND l.classid = %s AND l.objid = (hashtext(%s)::bigint & 4294967295)::oid
-            """,
-            (CAPTURE_LOCK_CLASS, slot_name),
-        ).fetchone()
-        if row is None:
-            return "a session that has just ended"
-        pid, app, since, client = row
-        where = f"backend pid {pid}, from {client or 'local'}, since {since:%Y-%m-%d %H:%M:%S %Z}"
-        return f"{app or 'a session'} ({where})"
+    @contextmanager
+    def apply_lock(self, pipeline: str, holder: str) -> Iterator[None]:
+        """Hold the session advisory lock of the pipeline's apply; fail fast (ApplyBusyError
+        naming the running one) if another run holds it."""
+        with session_lock(
+            self.connect(), APPLY_LOCK_CLASS, pipeline, holder, lambda other: ApplyBusyError(pipeline, other)
+        ):
+            yield
 
     def advance_slot(self, slot_name: str, to_lsn: LSN) -> LSN:
         """Move the slot forward to ``to_lsn``; never backwards, and a repeat is a no-op.

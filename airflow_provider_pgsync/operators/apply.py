@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
+from airflow_provider_pgsync.changelog.retention import segments_done_with
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.destinations.protocol import Destination
-from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.errors import (
+    ApplyFailedError,
+    ConfigError,
+    DestinationUnavailableError,
+    StaleDecisionError,
+)
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import Backfill, PipelineState
-from airflow_provider_pgsync.state.phases import Errored, Init, Ready, TablePhase
-from airflow_provider_pgsync.state.store import update_state
+from airflow_provider_pgsync.state.model import PipelineState
+from airflow_provider_pgsync.state.phases import Errored
+from airflow_provider_pgsync.state.store import StateStore, update_state
+
+log = logging.getLogger(__name__)
 
 
 def open_destination(config: Mapping[str, Any]) -> Destination:
@@ -36,8 +47,12 @@ class PgApplyOperator(BaseOperator):
     """Apply the changelog to each destination: changes after the destination's watermark, the
     baseline hand-off by the visibility rule, SyncDone tables to Ready once in sync.
 
-    A destination that fails marks the tables it failed on Errored with the cause; capture
-    and the other tables go on.
+    Each destination has its own phase per table: one that refuses a table's changes leaves
+    that table Errored in it alone, the other destinations and tables go on; one that cannot
+    be reached changes nothing. Two applies of a pipeline never overlap (the second fails at
+    once naming the first). The task fails at its end, after applying everything it could,
+    when a table is Errored in any destination or a destination could not be reached,
+    naming each with its reason and remedy, so Airflow's alerting fires.
 
     :param pipeline: the pipeline name; :param changelog_uri: folder or URI of the changelog.
     :param destinations: destination configs, e.g. ``{"kind": "postgres", "conn_id": "replica"}``.
@@ -46,6 +61,9 @@ class PgApplyOperator(BaseOperator):
         control database (the source by default); :param state_schema: its schema.
     :param batch_rows: the most changes handed to a destination at once; :param batch_bytes:
         about the most bytes of changes held for one batch.
+    :param retention: how long a changelog segment is kept after every destination of its
+        table is done with it (``changelog/retention.py`` says what each phase still needs);
+        a ``timedelta`` or seconds, default 7 days; None keeps every segment.
     """
 
     template_fields: Sequence[str] = ("pipeline", "changelog_uri", "destinations")
@@ -62,6 +80,7 @@ class PgApplyOperator(BaseOperator):
         state_schema: str = "pgsync",
         batch_rows: int = 1_000_000,
         batch_bytes: int = 256 * 2**20,
+        retention: timedelta | float | None = timedelta(days=7),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,103 +97,211 @@ class PgApplyOperator(BaseOperator):
         self.state_schema = state_schema
         self.batch_rows = batch_rows
         self.batch_bytes = batch_bytes
+        if isinstance(retention, int | float) and not isinstance(retention, bool):
+            retention = timedelta(seconds=retention)
+        if retention is not None and (not isinstance(retention, timedelta) or retention < timedelta(0)):
+            raise ConfigError(
+                f"retention must be a duration of zero or more (or None: keep), not {retention!r}"
+            )
+        self.retention = retention
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
         )
-        state = store.load(self.pipeline)
-        changelog = Changelog(self.changelog_uri)
-        results: dict[str, list[TableApplied]] = {key: [] for key in state.tables}
-        watermarks: dict[str, str] = {}
-        backfilled: dict[str, list[str]] = {}  # table -> destinations that took its backfill now
-        for config in self.destinations:
+        ti = context.get("ti")
+        holder = f"pgsync apply {self.pipeline} ({getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')})"
+        with hook.apply_lock(self.pipeline, holder):
+            state = store.load(self.pipeline)
+            run = _Run(Changelog(self.changelog_uri))
+            for config in self.destinations:
+                self._apply_destination(run, state, config)
+            saved = update_state(store, self.pipeline, run.record)
+            self._discard_backfills(run, state)
+            if self.retention is not None:
+                saved = self._prune(store, saved, run.changelog, self.retention)
+        failures = run.unavailable + _errored(saved, [_destination_name(c) for c in self.destinations])
+        if failures:
+            raise ApplyFailedError(
+                f"apply of pipeline {self.pipeline!r} left {len(failures)} table(s) not applied "
+                "(everything else was applied):\n" + "\n".join(f"  - {f}" for f in failures)
+            )
+        # a backfill's rows count as applied changes (they may change the destination's table)
+        return {
+            key: {
+                "applied": sum(r.applied + (r.backfilled or 0) for _, r in rs),
+                "phase": saved.tables[key].phase.kind if key in saved.tables else rs[0][1].phase.kind,
+            }
+            for key, rs in run.results.items()
+            if rs
+        }
+
+    def _apply_destination(self, run: _Run, state: PipelineState, config: Mapping[str, Any]) -> None:
+        """Every table into one destination; a destination that cannot be reached is noted and
+        skipped (its phases stay), one that refuses a table leaves that table Errored in it."""
+        name = _destination_name(config)
+        try:
             destination = open_destination(config)
-            try:
-                for key, table_state in state.tables.items():
+        except DestinationUnavailableError as exc:
+            run.unavailable.append(f"every table in destination {name}: {exc} (the task will be retried)")
+            self.log.error("apply -> %s: %s", name, exc)
+            return
+        try:
+            for key, table_state in state.tables.items():
+                lineage = table_state.destination(destination.name).lineage
+                try:
                     result = apply_table(
-                        changelog,
+                        run.changelog,
                         state,
                         table_state,
                         destination,
                         batch_rows=self.batch_rows,
                         batch_bytes=self.batch_bytes,
                     )
-                    results[key].append(result)
-                    self.log.info(
-                        "apply %s -> %s: %s changes applied, %s already in the base, watermark %s, %s",
-                        key,
-                        destination.name,
-                        f"{result.applied:,}",
-                        f"{result.in_base:,}",
-                        _key_text(result.watermark),
-                        result.phase.kind,
+                except DestinationUnavailableError as exc:
+                    run.unavailable.append(
+                        f"table {key} in destination {destination.name}: {exc} (the task will be retried)"
                     )
-                    if isinstance(result.phase, Errored):
-                        self.log.error("apply %s -> %s: %s", key, destination.name, result.phase.reason)
-                    elif result.backfilled is not None:
-                        backfilled.setdefault(key, []).append(destination.name)
-                marks = [r[-1].watermark for r in results.values() if r and r[-1].watermark is not None]
-                if marks:
-                    watermarks[destination.name] = _key_text(min(m for m in marks if m is not None))
-            finally:
-                destination.close()
-        phases = {key: _combined(table_results) for key, table_results in results.items()}
+                    self.log.error("apply %s -> %s: %s", key, destination.name, exc)
+                    return  # the destination is gone for now: its other tables wait for the retry
+                run.results.setdefault(key, []).append((destination.name, result))
+                run.decisions.append((key, destination.name, lineage, result))
+                self.log.info(
+                    "apply %s -> %s: %s changes applied, %s already in the base, watermark %s, %s",
+                    key,
+                    destination.name,
+                    f"{result.applied:,}",
+                    f"{result.in_base:,}",
+                    _key_text(result.watermark),
+                    result.phase.kind,
+                )
+                if isinstance(result.phase, Errored):
+                    self.log.error("apply %s -> %s: %s", key, destination.name, result.phase.reason)
+                elif result.backfilled is not None and table_state.backfill is not None:
+                    run.backfilled.setdefault(key, []).append(destination.name)
+                    run.backfill_ids[key] = table_state.backfill.id
+            marks = [r.watermark for rs in run.results.values() for n, r in rs if n == destination.name]
+            known = [m for m in marks if m is not None]
+            if known:
+                run.watermarks[destination.name] = _key_text(min(known))
+        finally:
+            destination.close()
 
-        def record(current: PipelineState) -> PipelineState:
-            for key, phase in phases.items():
-                if phase is not None and key in current.tables and current.tables[key].phase != phase:
-                    current = current.with_table_phase(key, phase)
-            for name, value in watermarks.items():
-                current = current.with_watermark(name, value)
-            for key, names in backfilled.items():
-                current = _backfill_applied(current, key, state.tables[key].backfill, names)
-            return current
+    def _prune(
+        self, store: StateStore, state: PipelineState, changelog: Changelog, retention: timedelta
+    ) -> PipelineState:
+        """Delete the segments every destination is done with and that are older than
+        ``retention``: first from the state (a crash then leaves unlisted files, never a listed
+        segment without its file), then their files."""
+        names = [_destination_name(c) for c in self.destinations]
+        created = changelog.created_at(s.path for s in state.segments)
+        gone = segments_done_with(
+            state, names, now=datetime.now(UTC), retention=retention, created_at=created
+        )
+        if not gone:
+            return state
+        paths = {s.path for s in gone}
+        state = update_state(
+            store, self.pipeline, lambda s: s.with_segments(g for g in s.segments if g.path not in paths)
+        )
+        changelog.delete_segments(paths)
+        self.log.info(
+            "retention: %d changelog segment(s) of %s rows deleted (every destination has applied them and "
+            "they are older than %s); %d kept",
+            len(gone),
+            f"{sum(s.rows for s in gone):,}",
+            retention,
+            len(state.segments),
+        )
+        return state
 
-        update_state(store, self.pipeline, record)
-        for config in self.destinations:  # staged rows a destination has taken are not needed again
+    def _discard_backfills(self, run: _Run, state: PipelineState) -> None:
+        """Staged rows a destination has taken are not needed again."""
+        for config in self.destinations:
+            if not any(_destination_name(config) in names for names in run.backfilled.values()):
+                continue
             destination = open_destination(config)
             try:
-                for key, names in backfilled.items():
+                for key, names in run.backfilled.items():
                     pending = state.tables[key].backfill
                     if destination.name in names and pending is not None:
                         destination.discard_backfill(pending.staged[destination.name])
             finally:
                 destination.close()
-        # a backfill's rows count as applied changes (they may change the destination's table)
-        return {
-            key: {
-                "applied": sum(r.applied + (r.backfilled or 0) for r in rs),
-                "phase": (phases[key] or rs[0].phase).kind,
-            }
-            for key, rs in results.items()
-            if rs
-        }
 
 
-def _backfill_applied(
-    state: PipelineState, key: str, backfill: Backfill | None, names: list[str]
-) -> PipelineState:
-    """Record that destinations ``names`` took ``backfill``; once all have it, it is done. A
-    table whose backfill went meanwhile (rebaselined, or a phase change above) is left alone."""
+@dataclass
+class _Run:
+    """What one apply run found: per table the result in each destination, the decisions to
+    record (table, destination, the lineage each was decided for, result), watermarks,
+    backfills taken, and the destinations it could not reach."""
+
+    changelog: Changelog
+    results: dict[str, list[tuple[str, TableApplied]]] = field(default_factory=dict)
+    decisions: list[tuple[str, str, str, TableApplied]] = field(default_factory=list)
+    watermarks: dict[str, str] = field(default_factory=dict)
+    backfilled: dict[str, list[str]] = field(default_factory=dict)
+    backfill_ids: dict[str, str] = field(default_factory=dict)
+    unavailable: list[str] = field(default_factory=list)
+
+    def record(self, current: PipelineState) -> PipelineState:
+        """The decisions on ``current``: each phase move a compare-and-set on the lineage it was
+        decided for (a rebaseline that started meanwhile wins; the decision is dropped)."""
+        for key, name, lineage, result in self.decisions:
+            if key not in current.tables:
+                continue
+            current = current.with_destination_watermark(key, name, _mark_text(result.watermark))
+            have = current.tables[key].destination(name)
+            if have.phase == result.phase or (
+                isinstance(have.phase, Errored) and isinstance(result.phase, Errored)
+            ):
+                continue  # unchanged (an Errored destination that failed again stays as it was)
+            try:
+                current = current.with_destination_phase(key, name, result.phase, lineage=lineage)
+            except StaleDecisionError as exc:
+                log.warning("apply: %s", exc)
+        for name, value in self.watermarks.items():
+            current = current.with_watermark(name, value)
+        for key, names in self.backfilled.items():
+            current = _backfill_applied(current, key, self.backfill_ids.get(key, ""), names)
+        return current
+
+
+def _errored(state: PipelineState, names: list[str]) -> list[str]:
+    """Each table Errored in one of the destinations ``names``, with reason and remedy."""
+    found = []
+    for key, ts in state.tables.items():
+        for name in names:
+            phase = ts.destination(name).phase
+            if isinstance(phase, Errored):
+                found.append(
+                    f"table {key} in destination {name} is Errored: {phase.reason}; remedy: {phase.solution}"
+                    f" (retry: {phase.retry})"
+                )
+    return found
+
+
+def _destination_name(config: Mapping[str, Any]) -> str:
+    """The name a destination config gives its destination (as the destination's ``name``)."""
+    if config.get("kind", "lake") == "postgres":
+        return str(config.get("name", "postgres"))
+    return lake_name(LakeDestination.from_config(dict(config)))
+
+
+def _mark_text(key: tuple[int, int] | None) -> str | None:
+    return None if key is None else _key_text(key)
+
+
+def _backfill_applied(state: PipelineState, key: str, backfill_id: str, names: list[str]) -> PipelineState:
+    """Record that destinations ``names`` took backfill ``backfill_id`` of the table; once all
+    have it, it is done. A table whose backfill went meanwhile (rebaselined, or a phase change
+    above) is left alone."""
     current = state.tables.get(key)
-    if backfill is None or current is None or current.backfill is None or current.backfill.id != backfill.id:
+    if current is None or current.backfill is None or current.backfill.id != backfill_id:
         return state
     done = replace(current.backfill, applied=(*current.backfill.applied, *names))
     return state.with_backfill(key, done if done.pending else None)
-
-
-def _combined(results: list[TableApplied]) -> TablePhase | None:
-    """The table's phase after every destination's run: Errored if one failed, Init if one
-    needs a rebaseline, Ready once all are in sync, else None (unchanged)."""
-    for kind in (Errored, Init):
-        found = [r.phase for r in results if isinstance(r.phase, kind)]
-        if found:
-            return found[0]
-    if results and all(isinstance(r.phase, Ready) for r in results):
-        return Ready()
-    return None
 
 
 def _key_text(key: tuple[int, int] | None) -> str:

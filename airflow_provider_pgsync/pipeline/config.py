@@ -235,6 +235,7 @@ class PipelineConfig:
             **self._source_and_state(),
             "batch_rows": self.limits.batch_rows,
             "batch_bytes": self.limits.batch_bytes,
+            "retention": self.changelog.retention,
         }
 
     def baseline_kwargs(self, table: str | TableConfig, *, rebaseline: bool = False) -> dict[str, Any]:

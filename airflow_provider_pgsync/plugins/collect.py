@@ -137,7 +137,7 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
         name=config.name,
         slot_name=config.slot_name,
         state_backend=config.state.backend,
-        tables=table_rows(config.table_keys, shown, estimates),
+        tables=table_rows(config.table_keys, shown, estimates, [d.name for d in config.destinations]),
         state_version=shown.version,
         last_end_lsn=shown.last_end_lsn,
         watermarks=watermarks(shown),

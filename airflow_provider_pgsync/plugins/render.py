@@ -7,6 +7,7 @@ from datetime import datetime
 from html import escape
 
 from airflow_provider_pgsync.plugins.status import (
+    DestinationRow,
     LagPoint,
     PipelineStatus,
     Problem,
@@ -109,7 +110,7 @@ def _lag_text(status: PipelineStatus) -> str:
 
 def render_tables(rows: Sequence[TableRow]) -> str:
     """The tables of a pipeline; an Errored table shows its reason, remedy and retry mode."""
-    head = "<tr><th>Table</th><th>Phase</th><th>Rows</th><th>Details</th></tr>"
+    head = "<tr><th>Table</th><th>Phase</th><th>Rows</th><th>Destinations</th><th>Details</th></tr>"
     body = []
     for row in rows:
         rows_text = "" if row.rows is None else f"{row.rows:,}"
@@ -125,9 +126,30 @@ def render_tables(rows: Sequence[TableRow]) -> str:
             f'<tr data-table="{_e(row.table)}"><td>{_e(row.table)}</td>'
             f'<td class="phase phase-{_e(row.phase.replace(" ", "-"))}">{_e(row.phase)}</td>'
             f'<td class="num" title="{_e(row.rows_note)}">{_e(rows_text)}'
-            f'<div class="note">{_e(row.rows_note)}</div></td><td>{details}</td></tr>'
+            f'<div class="note">{_e(row.rows_note)}</div></td>'
+            f"<td>{render_destinations(row.destinations)}</td><td>{details}</td></tr>"
         )
     return f'<table class="tables">{head}{"".join(body)}</table>'
+
+
+def render_destinations(rows: Sequence[DestinationRow]) -> str:
+    """Each destination of a table: its phase, watermark and lag; an Errored one its reason."""
+    items = []
+    for d in rows:
+        mark = f"applied to {d.watermark}" if d.watermark else "nothing applied yet"
+        lag = "" if d.lag_bytes is None else f", {format_bytes(d.lag_bytes)} behind capture"
+        text = (
+            f'<li data-destination="{_e(d.name)}">{_e(d.name)}: '
+            f'<span class="phase phase-{_e(d.phase)}">{_e(d.phase)}</span> '
+            f'<span class="note">({_e(mark)}{_e(lag)})</span>'
+        )
+        if d.phase == "Errored":
+            text += (
+                f'<br><span class="reason">{_e(d.reason)}</span>'
+                f'<br><span class="remedy">Remedy: {_e(d.solution)} (retry: {_e(d.retry)})</span>'
+            )
+        items.append(text + "</li>")
+    return f'<ul class="destinations">{"".join(items)}</ul>' if items else ""
 
 
 def render_chart(points: Sequence[LagPoint], *, width: int = 640, height: int = 180) -> str:

@@ -2,7 +2,9 @@
 
 Where each figure comes from (``collect`` reads them):
 
-- phase, reason, remedy: the pipeline state (``PipelineState.tables``)
+- phase, reason, remedy: the pipeline state (``PipelineState.tables``); a table's phase is
+  the worst of its destinations', each of which is shown with its own phase, watermark (as
+  apply last recorded it) and lag (bytes of WAL between the last captured position and it)
 - row count: the source's planner estimate, ``pg_class.reltuples`` (summed over the leaf
   partitions of a partitioned table); -1 there means never vacuumed or analyzed
 - last captured LSN: ``PipelineState.last_end_lsn``; last applied LSN: each destination's
@@ -24,7 +26,7 @@ from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import Errored, PipelineState, SyncDone
+from airflow_provider_pgsync.state.model import Errored, PipelineState, SyncDone, TableState
 
 NOT_SET_UP = "not set up"
 """The phase shown for a configured table that the state does not hold (yet)."""
@@ -43,6 +45,20 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class DestinationRow:
+    """One table in one destination: its phase, the watermark apply last recorded, and how far
+    it is behind what capture has (``lag_bytes``; None when either position is unknown)."""
+
+    name: str
+    phase: str
+    watermark: str = ""
+    lag_bytes: int | None = None
+    reason: str = ""
+    solution: str = ""
+    retry: str = ""
+
+
+@dataclass(frozen=True)
 class TableRow:
     """One table of a pipeline as the page shows it.
 
@@ -58,6 +74,7 @@ class TableRow:
     solution: str = ""
     retry: str = ""
     in_config: bool = True
+    destinations: tuple[DestinationRow, ...] = ()
 
     @property
     def errored(self) -> bool:
@@ -129,27 +146,55 @@ class StatusPage:
 
 
 def table_rows(
-    config_tables: Sequence[str], state: PipelineState, estimates: Mapping[str, float | None] | None = None
+    config_tables: Sequence[str],
+    state: PipelineState,
+    estimates: Mapping[str, float | None] | None = None,
+    destinations: Sequence[str] = (),
 ) -> tuple[TableRow, ...]:
     """The configured tables in config order, then tables the state holds that the config lost.
 
     ``estimates`` maps a table key to ``pg_class.reltuples`` (None: no such table on the
-    source); a missing mapping means the source could not be asked.
+    source); a missing mapping means the source could not be asked. ``destinations`` are the
+    configured destinations' names (each table shows each of them, and any other the state has).
     """
     keys = list(config_tables) + [k for k in state.tables if k not in config_tables]
     rows = []
     for key in keys:
-        rows.append(_table_row(key, state, estimates, in_config=key in config_tables))
+        rows.append(_table_row(key, state, estimates, destinations, in_config=key in config_tables))
+    return tuple(rows)
+
+
+def destination_rows(
+    ts: TableState, state: PipelineState, names: Sequence[str]
+) -> tuple[DestinationRow, ...]:
+    """The table in each destination ``names``, then in any other the state holds."""
+    shown = list(names) + [n for n in sorted(ts.destinations) if n not in names]
+    rows = []
+    for name in shown:
+        held = ts.destination(name)
+        mark = parse_watermark(name, held.watermark) if held.watermark else None
+        lag = None
+        if mark is not None and mark.lsn is not None and state.last_end_lsn is not None:
+            lag = max(0, state.last_end_lsn - mark.lsn)
+        phase = held.phase
+        errored = (phase.reason, phase.solution, phase.retry) if isinstance(phase, Errored) else ("", "", "")
+        rows.append(DestinationRow(name, phase.kind, held.watermark or "", lag, *errored))
     return tuple(rows)
 
 
 def _table_row(
-    key: str, state: PipelineState, estimates: Mapping[str, float | None] | None, *, in_config: bool
+    key: str,
+    state: PipelineState,
+    estimates: Mapping[str, float | None] | None,
+    destinations: Sequence[str],
+    *,
+    in_config: bool,
 ) -> TableRow:
     count, note = row_estimate(key, estimates)
     ts = state.tables.get(key)
     if ts is None:
         return TableRow(key, NOT_SET_UP, count, note, detail="run the pipeline's setup DAG")
+    per_destination = destination_rows(ts, state, destinations)
     phase = ts.phase
     detail = ""
     if isinstance(phase, SyncDone):
@@ -164,9 +209,18 @@ def _table_row(
         detail = "in the state but no longer in the config: run the teardown or add the table back"
     if isinstance(phase, Errored):
         return TableRow(
-            key, phase.kind, count, note, detail, phase.reason, phase.solution, phase.retry, in_config
+            key,
+            phase.kind,
+            count,
+            note,
+            detail,
+            phase.reason,
+            phase.solution,
+            phase.retry,
+            in_config,
+            per_destination,
         )
-    return TableRow(key, phase.kind, count, note, detail, in_config=in_config)
+    return TableRow(key, phase.kind, count, note, detail, in_config=in_config, destinations=per_destination)
 
 
 def row_estimate(key: str, estimates: Mapping[str, float | None] | None) -> tuple[int | None, str]:

@@ -17,8 +17,8 @@ from typing import Any
 from airflow_provider_pgsync.errors import ConfigError, StateError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_slot_name
+from airflow_provider_pgsync.state.destination import DestinationState, check_destination_name
 from airflow_provider_pgsync.state.phases import (
-    PHASES,
     XID_MAX,
     DataSync,
     Errored,
@@ -30,6 +30,7 @@ from airflow_provider_pgsync.state.phases import (
     check_transition,
     check_xid,
     table_key,
+    worst,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Backfill",
     "ColumnInfo",
     "DataSync",
+    "DestinationState",
     "Errored",
     "Init",
     "PipelineState",
@@ -52,8 +54,8 @@ __all__ = [
     "validate_pipeline_name",
 ]
 
-FORMAT = 1
-"""Version of the JSON layout written by ``PipelineState.to_json``."""
+FORMAT = 2
+"""Version of the JSON layout written by ``PipelineState.to_json`` (1: one phase per table)."""
 
 _PIPELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
@@ -110,35 +112,84 @@ class Backfill:
 
 @dataclass(frozen=True)
 class TableState:
-    """A table of the pipeline: its phase, the last known columns (schema version), and a
-    backfill waiting for apply (only while the table stays Ready)."""
+    """A table of the pipeline: its state in each destination, the last known columns
+    (schema version), and a backfill waiting for apply (only while the table stays Ready).
+
+    ``destinations`` maps a destination name to its ``DestinationState``; a destination
+    without an entry is in ``fallback`` (Init after setup; the one phase of a state written
+    before destinations had their own). ``phase`` is what users see: the worst phase of the
+    table's destinations.
+    """
 
     table: TableRef
-    phase: TablePhase = field(default_factory=Init)
+    fallback: TablePhase = field(default_factory=Init)
     schema_version: int = 0
     columns: tuple[ColumnInfo, ...] = ()
     backfill: Backfill | None = None
+    destinations: Mapping[str, DestinationState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, TableRef):
             raise StateError(f"TableState.table must be a TableRef, not {self.table!r}")
         if self.schema_version < 0:
             raise StateError(f"table {self.table}: schema_version {self.schema_version} is negative")
+        object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "destinations", dict(self.destinations))
+        for name in self.destinations:
+            check_destination_name(name)
         if self.backfill is not None and not isinstance(self.phase, Ready):
             raise StateError(f"table {self.table}: a backfill needs the table Ready, not {self.phase.kind}")
-        object.__setattr__(self, "columns", tuple(self.columns))
 
     @property
     def key(self) -> str:
         return str(self.table)
 
+    @property
+    def phase(self) -> TablePhase:
+        """The phase users see: the worst of the destinations' (``fallback`` when none has its own)."""
+        found = worst(d.phase for d in self.destinations.values())
+        return found if found is not None else self.fallback
+
+    def destination(self, name: str) -> DestinationState:
+        """The table in destination ``name`` (in ``fallback`` when it has no state of its own)."""
+        found = self.destinations.get(name)
+        return found if found is not None else DestinationState(self.fallback)
+
     def with_phase(self, phase: TablePhase) -> TableState:
-        """The same table in ``phase``; raises PhaseTransitionError when that move is illegal.
-        A pending backfill is dropped (a rebaselined or stopped table gets no backfill)."""
-        check_transition(self.table, self.phase, phase)
+        """The table in ``phase`` in every destination it has a state for, or (none yet) its
+        ``fallback``; each move checked (PhaseTransitionError when one is illegal). A pending
+        backfill is dropped."""
+        if self.destinations:
+            moved = {name: d.moved(self.key, name, phase) for name, d in self.destinations.items()}
+            return replace(self, destinations=moved, backfill=None)
+        check_transition(self.table, self.fallback, phase)
         if isinstance(phase, Errored) and not phase.previous:
-            phase = replace(phase, previous=self.phase.kind)
-        return replace(self, phase=phase, backfill=None)
+            phase = replace(phase, previous=self.fallback.kind)
+        return replace(self, fallback=phase, backfill=None)
+
+    def with_destination(self, name: str, phase: TablePhase, *, lineage: str | None = None) -> TableState:
+        """The table with destination ``name`` moved to ``phase``, decided for baseline
+        ``lineage`` (see ``DestinationState.moved``). A pending backfill is dropped when the
+        move changes anything."""
+        current = self.destination(check_destination_name(name))
+        moved = current.moved(self.key, name, phase, lineage=lineage)
+        if moved == current and name in self.destinations:
+            return self
+        return replace(self, destinations={**self.destinations, name: moved}, backfill=None)
+
+    def rebaselined(self) -> TableState:
+        """The table back in Init in every destination (and its fallback): each needs a new
+        baseline. Destinations already in Init stay as they are."""
+        moved = {
+            name: d if isinstance(d.phase, Init) else d.moved(self.key, name, Init())
+            for name, d in self.destinations.items()
+        }
+        return replace(self, fallback=Init(), destinations=moved, backfill=None)
+
+    def with_destination_watermark(self, name: str, watermark: str | None) -> TableState:
+        """Record the watermark apply saw in destination ``name`` (no phase change)."""
+        current = self.destination(check_destination_name(name))
+        return replace(self, destinations={**self.destinations, name: current.with_watermark(watermark)})
 
     def check_backfill(self) -> None:
         """StateError naming the remedy unless a new backfill may start: the table is Ready
@@ -258,6 +309,21 @@ class PipelineState:
             ts = current.with_phase(phase)
         return replace(self, tables={**self.tables, key: ts})
 
+    def with_destination_phase(
+        self, table: TableRef | str, destination: str, phase: TablePhase, *, lineage: str | None = None
+    ) -> PipelineState:
+        """Move one table in one destination to ``phase``, decided for baseline ``lineage``
+        (None: whatever it is); see ``DestinationState.moved``."""
+        ts = self.table(table).with_destination(destination, phase, lineage=lineage)
+        return replace(self, tables={**self.tables, ts.key: ts})
+
+    def with_destination_watermark(
+        self, table: TableRef | str, destination: str, watermark: str | None
+    ) -> PipelineState:
+        """Record the watermark apply saw for one table in one destination."""
+        ts = self.table(table).with_destination_watermark(destination, watermark)
+        return replace(self, tables={**self.tables, ts.key: ts})
+
     def with_backfill(self, table: TableRef | str, backfill: Backfill | None) -> PipelineState:
         """Set or clear the pending backfill of a table (see ``TableState.with_backfill``)."""
         ts = self.table(table).with_backfill(backfill)
@@ -310,48 +376,35 @@ class PipelineState:
             )
         return replace(self, watermarks={**self.watermarks, destination: value})
 
+    def with_new_slot(self, name: str, creation_lsn: LSN) -> PipelineState:
+        """Adopt a slot created anew (the old one was dropped, lost or replaced): capture starts
+        from it, and every table goes back to Init in every destination, since the changes
+        between the old slot's end and the new one's start are lost."""
+        validate_slot_name(name)
+        tables = {key: ts.rebaselined() for key, ts in self.tables.items()}
+        return replace(self, slot_name=name, slot_creation_lsn=creation_lsn, last_end_lsn=None, tables=tables)
+
     def with_slot(self, name: str | None, creation_lsn: LSN | None) -> PipelineState:
         """Record the slot the state is built from (its name and creation LSN identify it)."""
         if name is not None:
             validate_slot_name(name)
         return replace(self, slot_name=name, slot_creation_lsn=creation_lsn)
 
-    # ---- JSON
+    # ---- JSON (state/codec.py)
 
     def to_json(self) -> dict[str, Any]:
         """A dict of JSON-safe values (LSNs as ``X/Y`` text, xids as integers)."""
-        return {
-            "format": FORMAT,
-            "pipeline": self.pipeline,
-            "version": self.version,
-            "slot_name": self.slot_name,
-            "slot_creation_lsn": _lsn_text(self.slot_creation_lsn),
-            "last_end_lsn": _lsn_text(self.last_end_lsn),
-            "segments": [_segment_json(s) for s in self.segments],
-            "watermarks": dict(self.watermarks),
-            "tables": {key: _table_json(ts) for key, ts in self.tables.items()},
-        }
+        from airflow_provider_pgsync.state.codec import pipeline_json
+
+        return pipeline_json(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PipelineState:
-        """Read what ``to_json`` wrote; StateError naming the pipeline and the remedy if malformed."""
-        if not isinstance(data, Mapping):
-            raise StateError(f"stored pipeline state must be a JSON object, not {type(data).__name__}")
-        name = data.get("pipeline")
-        fmt = data.get("format")
-        if isinstance(fmt, int) and fmt > FORMAT:
-            raise StateError(
-                f"state of pipeline {name!r} was written by a newer pgsync (format {fmt}; this one "
-                f"reads up to {FORMAT}): upgrade airflow-provider-pgsync on every worker"
-            )
-        try:
-            return _read_pipeline(data)
-        except (StateError, ConfigError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise StateError(
-                f"stored state of pipeline {name!r} is malformed ({detail}); it was edited by hand or "
-                "written by an incompatible pgsync: restore it, or delete it and set the pipeline up again"
-            ) from exc
+        """Read what ``to_json`` wrote (or an older format); StateError naming the pipeline and
+        the remedy if malformed."""
+        from airflow_provider_pgsync.state.codec import read_pipeline_json
+
+        return read_pipeline_json(data)
 
 
 def validate_pipeline_name(name: str) -> str:
@@ -366,178 +419,3 @@ def validate_pipeline_name(name: str) -> str:
 
 def _ordered(segments: Iterable[SegmentInfo]) -> tuple[SegmentInfo, ...]:
     return tuple(sorted(segments, key=lambda s: (s.first_commit_lsn, s.last_commit_lsn, s.path)))
-
-
-# ---- JSON helpers ---------------------------------------------------------------------------
-
-
-def _lsn_text(lsn: LSN | None) -> str | None:
-    return None if lsn is None else str(lsn)
-
-
-def _lsn(value: Any) -> LSN:
-    if not isinstance(value, str):
-        raise StateError(f"LSN must be 'X/Y' text, not {value!r}")
-    return LSN.parse(value)
-
-
-def _opt_lsn(value: Any) -> LSN | None:
-    return None if value is None else _lsn(value)
-
-
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise StateError(f"{what} must be an integer, not {value!r}")
-    return value
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise StateError(f"{what} must be true or false, not {value!r}")
-    return value
-
-
-def _str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise StateError(f"{what} must be text, not {value!r}")
-    return value
-
-
-def _phase_json(phase: TablePhase) -> dict[str, Any]:
-    if isinstance(phase, SyncDone):
-        return {
-            "kind": phase.kind,
-            "snapshot": phase.snapshot,
-            "baseline_lsn": str(phase.baseline_lsn),
-            "xmin": phase.xmin,
-            "xmax": phase.xmax,
-            "xip": list(phase.xip),
-        }
-    if isinstance(phase, Errored):
-        return {
-            "kind": phase.kind,
-            "reason": phase.reason,
-            "solution": phase.solution,
-            "retry": phase.retry,
-            "previous": phase.previous,
-        }
-    return {"kind": phase.kind}
-
-
-def _read_phase(data: Mapping[str, Any]) -> TablePhase:
-    kind = data["kind"]
-    if kind == "SyncDone":
-        return SyncDone(
-            snapshot=_str(data["snapshot"], "snapshot"),
-            baseline_lsn=_lsn(data["baseline_lsn"]),
-            xmin=_int(data["xmin"], "xmin"),
-            xmax=_int(data["xmax"], "xmax"),
-            xip=tuple(_int(x, "xip entry") for x in data["xip"]),
-        )
-    if kind == "Errored":
-        return Errored(
-            reason=_str(data["reason"], "reason"),
-            solution=_str(data["solution"], "solution"),
-            retry=data["retry"],
-            previous=_str(data["previous"], "previous"),
-        )
-    if kind in ("Init", "DataSync", "Ready"):
-        return PHASES[kind]()  # type: ignore[call-arg]
-    raise StateError(f"unknown table phase {kind!r}")
-
-
-def _table_json(ts: TableState) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "phase": _phase_json(ts.phase),
-        "schema_version": ts.schema_version,
-        "columns": [[c.name, c.type_oid, c.type_modifier, c.is_key] for c in ts.columns],
-    }
-    if ts.backfill is not None:
-        b = ts.backfill
-        data["backfill"] = {
-            "id": b.id,
-            "condition": b.condition,
-            "snapshot": b.snapshot,
-            "baseline_lsn": str(b.baseline_lsn),
-            "xmin": b.xmin,
-            "xmax": b.xmax,
-            "xip": list(b.xip),
-            "staged": dict(b.staged),
-            "rows": b.rows,
-            "applied": list(b.applied),
-        }
-    return data
-
-
-def _read_backfill(data: Mapping[str, Any] | None) -> Backfill | None:
-    if data is None:
-        return None
-    return Backfill(
-        id=_str(data["id"], "backfill id"),
-        condition=_str(data["condition"], "backfill condition"),
-        snapshot=_str(data["snapshot"], "backfill snapshot"),
-        baseline_lsn=_lsn(data["baseline_lsn"]),
-        xmin=_int(data["xmin"], "backfill xmin"),
-        xmax=_int(data["xmax"], "backfill xmax"),
-        xip=tuple(_int(x, "backfill xip entry") for x in data["xip"]),
-        staged={_str(k, "backfill destination"): _str(v, "staged rows") for k, v in data["staged"].items()},
-        rows=_int(data["rows"], "backfill rows"),
-        applied=tuple(_str(a, "backfill destination") for a in data["applied"]),
-    )
-
-
-def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
-    columns = tuple(
-        ColumnInfo(_str(n, "column name"), _int(o, "type_oid"), _int(m, "type_modifier"), _bool(k, "is_key"))
-        for n, o, m, k in data["columns"]
-    )
-    return TableState(
-        table=TableRef.parse(key),
-        phase=_read_phase(data["phase"]),
-        schema_version=_int(data["schema_version"], "schema_version"),
-        columns=columns,
-        backfill=_read_backfill(data.get("backfill")),
-    )
-
-
-def _segment_json(s: SegmentInfo) -> dict[str, Any]:
-    return {
-        "path": s.path,
-        "table": s.table,
-        "schema_version": s.schema_version,
-        "first_commit_lsn": str(s.first_commit_lsn),
-        "last_commit_lsn": str(s.last_commit_lsn),
-        "min_xid": s.min_xid,
-        "max_xid": s.max_xid,
-        "rows": s.rows,
-    }
-
-
-def _read_segment(data: Mapping[str, Any]) -> SegmentInfo:
-    return SegmentInfo(
-        path=_str(data["path"], "segment path"),
-        table=_str(data["table"], "segment table"),
-        schema_version=_int(data["schema_version"], "segment schema_version"),
-        first_commit_lsn=_lsn(data["first_commit_lsn"]),
-        last_commit_lsn=_lsn(data["last_commit_lsn"]),
-        min_xid=_int(data["min_xid"], "segment min_xid"),
-        max_xid=_int(data["max_xid"], "segment max_xid"),
-        rows=_int(data["rows"], "segment rows"),
-    )
-
-
-def _read_pipeline(data: Mapping[str, Any]) -> PipelineState:
-    if data["format"] != FORMAT:
-        raise StateError(f"unknown format {data['format']!r}")
-    tables = {table_key(k): _read_table(k, v) for k, v in data["tables"].items()}
-    watermarks = {_str(k, "destination"): _str(v, "watermark") for k, v in data["watermarks"].items()}
-    return PipelineState(
-        pipeline=_str(data["pipeline"], "pipeline"),
-        version=_int(data["version"], "version"),
-        slot_name=None if data["slot_name"] is None else _str(data["slot_name"], "slot_name"),
-        slot_creation_lsn=_opt_lsn(data["slot_creation_lsn"]),
-        last_end_lsn=_opt_lsn(data["last_end_lsn"]),
-        segments=tuple(_read_segment(s) for s in data["segments"]),
-        watermarks=watermarks,
-        tables=tables,
-    )

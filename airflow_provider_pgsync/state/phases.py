@@ -2,17 +2,23 @@
 
 ::
 
-    Init -> DataSync -> SyncDone{snapshot, baseline_lsn, xmin, xmax, xip} -> Ready
+    Init -> DataSync{lineage} -> SyncDone{lineage, snapshot, baseline_lsn, xmin, xmax, xip,
+                                          schema_version} -> Ready
     any phase but Errored -> Errored{reason, solution, retry, previous}
+    Errored -> the phase it left (SyncDone or Ready; or on to Ready), when apply resumes after
+               the cause is fixed
 
-A **rebaseline** sends a table back to Init from Errored, DataSync (a baseline that
-crashed or must be redone), SyncDone or Ready; the next baseline then starts afresh.
-Everything else is illegal, including DataSync -> DataSync: a second baseline must
-not start over a running or interrupted one without an explicit rebaseline.
+The phases are those of one table in one destination (``state.destination``). A
+**rebaseline** sends it back to Init from Errored, DataSync (a baseline that crashed or
+must be redone), SyncDone or Ready; the next baseline then starts afresh under a new
+lineage (the id of one baseline attempt). Everything else is illegal, including
+DataSync -> DataSync: a second baseline must not start over a running or interrupted one
+without an explicit rebaseline.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias, get_args
 
@@ -48,8 +54,9 @@ class Init:
 
 @dataclass(frozen=True)
 class DataSync:
-    """A baseline of the table is running."""
+    """A baseline of the table is running; ``lineage`` names this baseline attempt."""
 
+    lineage: str = ""
     kind: ClassVar[str] = "DataSync"
 
 
@@ -58,7 +65,9 @@ class SyncDone:
     """The baseline is written from exported snapshot ``snapshot``; apply hands off by the visibility rule.
 
     ``xmin``, ``xmax`` and ``xip`` are the parts of ``pg_current_snapshot()`` (64-bit xids)
-    taken with ``baseline_lsn`` in the first statement of the baseline transaction.
+    taken with ``baseline_lsn`` in the first statement of the baseline transaction;
+    ``lineage`` names the baseline attempt and ``schema_version`` is the table's schema
+    version the state knew when the baseline read it (the hand-off starts there).
     """
 
     snapshot: str
@@ -66,6 +75,8 @@ class SyncDone:
     xmin: int
     xmax: int
     xip: tuple[int, ...] = ()
+    lineage: str = ""
+    schema_version: int = 0
     kind: ClassVar[str] = "SyncDone"
 
     def __post_init__(self) -> None:
@@ -80,6 +91,10 @@ class SyncDone:
                 f"snapshot {xmin}:{xmax}:{','.join(map(str, xip))} is inconsistent: "
                 "PostgreSQL guarantees xmin <= xip < xmax"
             )
+        if isinstance(self.schema_version, bool) or not isinstance(self.schema_version, int):
+            raise StateError(f"SyncDone schema_version must be an integer, not {self.schema_version!r}")
+        if not isinstance(self.lineage, str):
+            raise StateError(f"SyncDone lineage must be text, not {self.lineage!r}")
         object.__setattr__(self, "xip", xip)
 
 
@@ -115,19 +130,43 @@ _NEXT: dict[str, frozenset[str]] = {
     "Ready": frozenset({"Errored", "Init"}),
     "Errored": frozenset({"Init"}),
 }
+_RESUMABLE = frozenset({"SyncDone", "Ready"})
+
+# how far a phase is from streaming, the worst first: a table shows its worst destination
+_SEVERITY = {"Errored": 0, "Init": 1, "DataSync": 2, "SyncDone": 3, "Ready": 4}
 
 
-def check_transition(table: TableRef | str, current: TablePhase | None, new: TablePhase) -> None:
-    """Raise PhaseTransitionError unless ``current -> new`` is legal (None: the table is new)."""
+def worst(phases: Iterable[TablePhase]) -> TablePhase | None:
+    """The phase furthest from streaming among ``phases`` (None when there are none)."""
+    return min(phases, key=lambda p: _SEVERITY[p.kind], default=None)
+
+
+def resumes(current: TablePhase, new: TablePhase) -> bool:
+    """Whether ``current -> new`` is an Errored destination going back to the phase it left
+    (SyncDone or Ready), or from a left SyncDone on to Ready (the resumed hand-off finished)."""
+    if not isinstance(current, Errored) or current.previous not in _RESUMABLE:
+        return False
+    return new.kind == current.previous or (current.previous == "SyncDone" and new.kind == "Ready")
+
+
+def check_transition(
+    table: TableRef | str, current: TablePhase | None, new: TablePhase, *, destination: str | None = None
+) -> None:
+    """Raise PhaseTransitionError unless ``current -> new`` is legal (None: the table is new);
+    ``destination`` names the destination the phases are the table's in."""
     name = table_key(table)
     if current is None:
         if new.kind != "Init":
             raise PhaseTransitionError(
-                name, "(absent)", new.kind, "the table is not in the pipeline yet: add it in phase Init first"
+                name,
+                "(absent)",
+                new.kind,
+                "the table is not in the pipeline yet: add it in phase Init first",
+                destination=destination,
             )
         return
     allowed = _NEXT[current.kind]
-    if new.kind in allowed:
+    if new.kind in allowed or resumes(current, new):
         return
     if isinstance(current, Errored):
         remedy = (
@@ -145,5 +184,9 @@ def check_transition(table: TableRef | str, current: TablePhase | None, new: Tab
         remedy = "rebaseline the table (-> Init) to start it over"
     targets = ", ".join(sorted(allowed))
     raise PhaseTransitionError(
-        name, current.kind, new.kind, f"{remedy} (from {current.kind} it may go to {targets})"
+        name,
+        current.kind,
+        new.kind,
+        f"{remedy} (from {current.kind} it may go to {targets})",
+        destination=destination,
     )

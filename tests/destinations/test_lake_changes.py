@@ -136,3 +136,18 @@ def test_a_table_without_a_base_names_the_remedy(tmp_path: Path) -> None:
     lake = LakeDestination.from_config({"warehouse": str(tmp_path)})
     with pytest.raises(DestinationError, match=r"public\.t has no base.*run its baseline first"):
         LakeChanges(lake).open_table(TABLE, KEYED, 0)
+
+
+def test_unchanged_toast_of_a_missing_row_fails_naming_table_and_key(tmp_path: Path) -> None:
+    """DESIGN rule 6: a value the source kept is never written as NULL, even when the lake lost
+    the row to carry it from; nothing of the batch is written."""
+    from airflow_provider_pgsync.testing.destination_kit import change_batch
+
+    lake = empty_base(tmp_path, KEYED, ("id",))
+    destination = LakeChanges(lake)
+    destination.open_table(TABLE, KEYED, 0)
+    lost = [Change("U", {"id": "9", "note": "n", "doc": None}, unchanged=["doc"])]
+    with pytest.raises(DestinationError, match=r"public\.t has no row with key id=9.*\(doc\).*rebaseline"):
+        destination.apply(TABLE, KEYED, change_batch(KEYED, lost, first_lsn=100), (100, 1))
+    assert destination.watermark(TABLE) is None
+    assert read_lake(lake, ["id"]) == []

@@ -141,3 +141,34 @@ def test_lag_history_uses_positions_and_says_which_runs_had_none() -> None:
     svg = render_chart(points)
     assert svg.count('class="lag-bar"') == 2 and svg.startswith("<svg")
     assert "No capture runs" in render_chart(())
+
+
+def test_each_destination_of_a_table_shows_its_phase_watermark_and_lag() -> None:
+    from airflow_provider_pgsync.plugins.render import render_tables
+    from airflow_provider_pgsync.state import Errored
+
+    done = SyncDone("s", LSN(0x100), 5, 9, lineage="L1")
+    state = PipelineState("p", last_end_lsn=LSN(0x1000)).with_table_phase("public.t", Init())
+    for name in ("lake", "replica"):
+        state = state.with_destination_phase("public.t", name, DataSync("L1"))
+        state = state.with_destination_phase("public.t", name, done)
+    state = state.with_destination_phase("public.t", "lake", Ready())
+    state = state.with_destination_watermark("public.t", "lake", "0/F00/2")
+    state = state.with_destination_phase("public.t", "replica", Errored("replica lost rows", "rebaseline it"))
+
+    (row,) = table_rows(["public.t"], state, {}, ["lake", "replica", "archive"])
+
+    assert row.phase == "Errored"  # the worst destination
+    shown = {d.name: d for d in row.destinations}
+    assert [d.name for d in row.destinations] == ["lake", "replica", "archive"]
+    assert (shown["lake"].phase, shown["lake"].watermark, shown["lake"].lag_bytes) == (
+        "Ready",
+        "0/F00/2",
+        0x100,
+    )
+    assert (shown["replica"].phase, shown["replica"].reason) == ("Errored", "replica lost rows")
+    assert shown["replica"].lag_bytes is None  # nothing applied there yet
+    assert shown["archive"].phase == "Init"  # configured, never baselined
+    html = render_tables([row])
+    assert 'data-destination="replica"' in html and "Remedy: rebaseline it" in html
+    assert "applied to 0/F00/2" in html and "256 B behind capture" in html

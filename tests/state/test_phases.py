@@ -40,6 +40,7 @@ LEGAL = {
     ("SyncDone", "Errored"),
     ("Ready", "Errored"),
     ("Errored", "Init"),
+    ("Errored", "Ready"),  # ERRORED left Ready: apply resumes it there once the cause is fixed
     ("DataSync", "Init"),
     ("SyncDone", "Init"),
     ("Ready", "Init"),

@@ -1,0 +1,102 @@
+"""Retention: which changelog segments every destination is done with (DESIGN §3, a pure decision).
+
+A segment of a table may go once it is older than the retention and no destination of the
+table may still read it:
+
+- Ready (or Errored, to resume in Ready): it reads after its watermark, so it needs every
+  segment whose last commit LSN is not below the watermark's (a destination part-way
+  through a transaction still needs its segment); with no watermark recorded, everything;
+- SyncDone (or Errored, to resume there): the same once it has a watermark; before, its
+  hand-off reads the segments that can hold a transaction its snapshot did not see
+  (``handoff_segments``);
+- DataSync: a baseline is running and its snapshot is not recorded yet: everything;
+- Init, and Errored for good (retry ``none``): nothing (the next baseline's snapshot sees
+  every transaction captured so far);
+- a pending backfill keeps the segments that can hold transactions its snapshot did not see.
+
+The watermarks are those apply recorded in the state, never ahead of the destinations' own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+
+from airflow_provider_pgsync.changelog.prune import may_hold_xid_from
+from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.state.destination import DestinationState
+from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
+
+
+def segments_done_with(
+    state: PipelineState,
+    destinations: Sequence[str],
+    *,
+    now: datetime,
+    retention: timedelta,
+    created_at: Mapping[str, datetime],
+) -> list[SegmentInfo]:
+    """The segments of ``state`` that may be deleted (in state order); ``destinations`` are the
+    pipeline's destination names (every destination the state holds a table's state for
+    counts too, configured or not), ``created_at`` the segments' creation times (a segment
+    missing from it is kept)."""
+    if not destinations:
+        return []
+    result = []
+    for segment in state.segments:
+        created = created_at.get(segment.path)
+        if created is None or now - created < retention:
+            continue
+        table = state.tables.get(segment.table)
+        if table is not None and _needed(segment, table, destinations):
+            continue
+        result.append(segment)
+    return result
+
+
+def _needed(segment: SegmentInfo, table: TableState, destinations: Sequence[str]) -> bool:
+    if table.backfill is not None and may_hold_xid_from(segment, table.backfill.xmin):
+        return True
+    names = set(destinations) | set(table.destinations)
+    return any(_needed_by(segment, table.destination(name)) for name in names)
+
+
+def _needed_by(segment: SegmentInfo, held: DestinationState) -> bool:
+    phase = held.phase
+    if isinstance(phase, Errored):
+        if phase.retry == "none" or phase.previous not in ("SyncDone", "Ready"):
+            return False
+        phase = held.baseline if phase.previous == "SyncDone" and held.baseline is not None else Ready()
+    if isinstance(phase, DataSync):
+        return True
+    if not isinstance(phase, SyncDone | Ready):
+        return False
+    mark = watermark_lsn(held.watermark)
+    if mark is not None:
+        return segment.last_commit_lsn >= mark
+    if isinstance(phase, SyncDone):
+        return bool(handoff_segments([segment], phase))
+    return True
+
+
+def handoff_segments(segments: Sequence[SegmentInfo], done: SyncDone) -> list[SegmentInfo]:
+    """The segments a hand-off from baseline ``done`` reads: those of the schema version the
+    baseline copied or later that can hold a transaction its snapshot did not see. Older
+    versions hold only transactions the snapshot saw: a schema change waits for every writer
+    of the table, and the baseline started after capture had seen the change."""
+    return [
+        s for s in segments if s.schema_version >= done.schema_version and may_hold_xid_from(s, done.xmin)
+    ]
+
+
+def watermark_lsn(text: str | None) -> LSN | None:
+    """The commit LSN of a watermark text ``X/Y/seq`` as apply records it (None: none or unreadable)."""
+    if not text:
+        return None
+    lsn_text, _, seq = text.rpartition("/")
+    try:
+        return LSN.parse(lsn_text) if seq.isdigit() else None
+    except ConfigError:
+        return None

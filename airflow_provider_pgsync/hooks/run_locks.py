@@ -1,0 +1,53 @@
+"""Session advisory locks that keep two runs of one task kind apart (capture per slot, apply per
+pipeline), failing fast and naming the run that holds the lock.
+
+A session lock is released by the server when the session ends, so a killed task never
+leaves one behind. The holder's description travels as the session's application_name,
+so a second run can name the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks (per slot)
+APPLY_LOCK_CLASS = 0x70677361  # 'pgsa': the first key of apply's advisory locks (per pipeline)
+
+
+@contextmanager
+def session_lock(
+    conn: psycopg.Connection[Any], lock_class: int, key: str, holder: str, busy: Callable[[str], Exception]
+) -> Iterator[None]:
+    """Hold advisory lock (``lock_class``, hash of ``key``) on ``conn`` until the block ends (the
+    connection is closed then); raise ``busy(<the holder's description>)`` at once when another
+    session holds it."""
+    try:
+        conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, key)).fetchone()
+        if not row or not row[0]:
+            raise busy(lock_holder(conn, lock_class, key))
+        yield
+    finally:
+        conn.close()  # ends the session, which releases the lock
+
+
+def lock_holder(conn: psycopg.Connection[Any], lock_class: int, key: str) -> str:
+    """Who holds advisory lock (``lock_class``, hash of ``key``): application name, pid, client, start."""
+    row = conn.execute(
+        """
+        SELECT a.pid, a.application_name, a.backend_start, a.client_addr::text
+        FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+          AND l.classid = %s AND l.objid = (hashtext(%s)::bigint & 4294967295)::oid
+        """,
+        (lock_class, key),
+    ).fetchone()
+    if row is None:
+        return "a session that has just ended"
+    pid, app, since, client = row
+    where = f"backend pid {pid}, from {client or 'local'}, since {since:%Y-%m-%d %H:%M:%S %Z}"
+    return f"{app or 'a session'} ({where})"
