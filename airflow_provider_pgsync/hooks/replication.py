@@ -21,6 +21,7 @@ from psycopg.rows import tuple_row
 
 from airflow_provider_pgsync.errors import (
     ApplyBusyError,
+    BaselineError,
     CaptureBusyError,
     ConfigError,
     PreflightError,
@@ -29,7 +30,14 @@ from airflow_provider_pgsync.errors import (
 )
 from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
 from airflow_provider_pgsync.hooks.catalog import desired_state, publication_state, table_facts
-from airflow_provider_pgsync.hooks.run_locks import APPLY_LOCK_CLASS, CAPTURE_LOCK_CLASS, session_lock
+from airflow_provider_pgsync.hooks.run_locks import (
+    APPLY_LOCK_CLASS,
+    BASELINE_LOCK_CLASS,
+    CAPTURE_LOCK_CLASS,
+    baseline_lock_key,
+    lock_is_held,
+    session_lock,
+)
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot, export_snapshot
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
@@ -450,6 +458,26 @@ class PgReplicationHook(PostgresHook):
             self.connect(), CAPTURE_LOCK_CLASS, name, holder, lambda other: CaptureBusyError(name, other)
         ):
             yield
+
+    @contextmanager
+    def baseline_lock(self, pipeline: str, table: str, lineage: str, holder: str) -> Iterator[None]:
+        """Hold the lock that tells a baseline of ``table`` under ``lineage`` runs (see
+        ``baseline_running``); a second holder is refused (BaselineError)."""
+        key = baseline_lock_key(pipeline, table, lineage)
+        with session_lock(
+            self.connect(),
+            BASELINE_LOCK_CLASS,
+            key,
+            holder,
+            lambda other: BaselineError(f"baseline {lineage} of {table} already runs in {other}"),
+        ):
+            yield
+
+    def baseline_running(self, pipeline: str, table: str, lineage: str) -> bool:
+        """Whether a baseline of ``table`` under ``lineage`` still runs (holds its lock); one
+        that died (a killed task, a source that went down) does not."""
+        with self.connect() as conn:
+            return lock_is_held(conn, BASELINE_LOCK_CLASS, baseline_lock_key(pipeline, table, lineage))
 
     @contextmanager
     def apply_lock(self, pipeline: str, holder: str) -> Iterator[None]:

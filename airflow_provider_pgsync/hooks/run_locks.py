@@ -16,6 +16,22 @@ import psycopg
 
 CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks (per slot)
 APPLY_LOCK_CLASS = 0x70677361  # 'pgsa': the first key of apply's advisory locks (per pipeline)
+BASELINE_LOCK_CLASS = 0x70677362  # 'pgsb': held by a running baseline (per pipeline, table, lineage)
+
+
+def baseline_lock_key(pipeline: str, table: str, lineage: str) -> str:
+    """The key of the lock a baseline of ``table`` under ``lineage`` holds while it runs."""
+    return f"{pipeline}\0{table}\0{lineage}"
+
+
+def lock_is_held(conn: psycopg.Connection[Any], lock_class: int, key: str) -> bool:
+    """Whether some session holds advisory lock (``lock_class``, hash of ``key``)."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+        " AND classid = %s AND objid = (hashtext(%s)::bigint & 4294967295)::oid)",
+        (lock_class, key),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 @contextmanager

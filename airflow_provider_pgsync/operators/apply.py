@@ -27,7 +27,7 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.phases import Errored
+from airflow_provider_pgsync.state.phases import DataSync, Errored
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class PgApplyOperator(BaseOperator):
         with hook.apply_lock(self.pipeline, holder):
             state = store.load(self.pipeline)
             run = _Run(Changelog(self.changelog_uri))
+            self._find_dead_baselines(hook, run, state)
             for config in self.destinations:
                 self._apply_destination(run, state, config)
             saved = update_state(store, self.pipeline, run.record)
@@ -136,6 +137,29 @@ class PgApplyOperator(BaseOperator):
             for key, rs in run.results.items()
             if rs
         }
+
+    def _find_dead_baselines(self, hook: PgReplicationHook, run: _Run, state: PipelineState) -> None:
+        """A destination in DataSync whose baseline no longer runs (its task was killed, or the
+        source or the state store was down when it failed) goes Errored with the remedy."""
+        names = [_destination_name(c) for c in self.destinations]
+        for key, table_state in state.tables.items():
+            for name in names:
+                held = table_state.destination(name)
+                if not isinstance(held.phase, DataSync) or not held.lineage:
+                    continue
+                if hook.baseline_running(self.pipeline, key, held.lineage):
+                    continue
+                errored = Errored(
+                    reason=(
+                        f"the baseline {held.lineage} of {key} into {name} ended without recording its "
+                        "result (its task was killed, or the source or the state store could not be reached)"
+                    ),
+                    solution=f"rebaseline {key} in {name} (the baseline DAG's trigger form)",
+                    retry="manual",
+                    previous="DataSync",
+                )
+                self.log.error("apply: table %s in destination %s: %s", key, name, errored.reason)
+                run.decisions.append((key, name, held.lineage, TableApplied(key, 0, 0, None, errored)))
 
     def _apply_destination(self, run: _Run, state: PipelineState, config: Mapping[str, Any]) -> None:
         """Every table into one destination; a destination that cannot be reached is noted and
