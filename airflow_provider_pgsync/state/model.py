@@ -176,7 +176,11 @@ class TableState:
 
 @dataclass(frozen=True)
 class SegmentInfo:
-    """A durable changelog segment: one table and schema version, with its LSN and xid ranges."""
+    """A durable changelog segment: one table and schema version, with its LSN and xid ranges.
+
+    ``xid_bits`` is 64 for segments whose xids capture widened to 64 bits, 32 for segments
+    written before (pgoutput's xids, compared modulo 2^32).
+    """
 
     path: str
     table: str
@@ -186,6 +190,7 @@ class SegmentInfo:
     min_xid: int
     max_xid: int
     rows: int
+    xid_bits: int = 32
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "table", table_key(self.table))
@@ -193,6 +198,8 @@ class SegmentInfo:
         check_xid(self.max_xid, f"segment {self.path} max_xid")
         if not self.path or self.rows < 0 or self.schema_version < 0:
             raise StateError(f"segment {self.path!r} needs a path, rows >= 0 and schema_version >= 0")
+        if self.xid_bits not in (32, 64):
+            raise StateError(f"segment {self.path}: xid_bits {self.xid_bits!r} must be 32 or 64")
         if self.first_commit_lsn > self.last_commit_lsn or self.min_xid > self.max_xid:
             raise StateError(
                 f"segment {self.path}: ranges are reversed (LSN {self.first_commit_lsn}.."
@@ -510,6 +517,7 @@ def _segment_json(s: SegmentInfo) -> dict[str, Any]:
         "min_xid": s.min_xid,
         "max_xid": s.max_xid,
         "rows": s.rows,
+        "xid_bits": s.xid_bits,
     }
 
 
@@ -523,6 +531,7 @@ def _read_segment(data: Mapping[str, Any]) -> SegmentInfo:
         min_xid=_int(data["min_xid"], "segment min_xid"),
         max_xid=_int(data["max_xid"], "segment max_xid"),
         rows=_int(data["rows"], "segment rows"),
+        xid_bits=_int(data.get("xid_bits", 32), "segment xid_bits"),
     )
 
 
