@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_pgsync.baseline.handoff import not_visible
-from airflow_provider_pgsync.changelog.prune import may_hold_xid_from
+from airflow_provider_pgsync.changelog.prune import may_hold_unseen
 from airflow_provider_pgsync.changelog.schema import OP, XID, key_columns, old_key_column
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, SegmentInfo, TableState
@@ -52,9 +52,9 @@ def touched_keys(
     Only segments that may hold such transactions (xids from the snapshot's xmin on) are read.
     """
     names = key_columns(table_state.columns)
-    relevant = [s for s in segments if may_hold_xid_from(s, backfill.xmin)]
+    relevant = [s for s in segments if may_hold_unseen(s, backfill.xmin)]
     found: list[pa.Table] = []
-    for version, batch in changelog.read_changes(table_state.table, relevant):
+    for version, batch in changelog.read_changes(table_state.table, relevant, xid_reference=backfill.xmax):
         unseen = not_visible(batch.column(XID), backfill.xmin, backfill.xmax, backfill.xip)
         newer = batch.filter(pa.array(unseen))
         if newer.num_rows == 0:

@@ -85,7 +85,11 @@ def apply_table(
     applied = in_base = 0
     try:
         changes_read = changelog.read_changes(
-            table, segments, after=watermark, batch_rows=min(batch_rows, 65536)
+            table,
+            segments,
+            after=watermark,
+            batch_rows=min(batch_rows, 65536),
+            xid_reference=phase.xmax if isinstance(phase, SyncDone) else None,
         )
         for version, batch in _regroup(changes_read, batch_rows, batch_bytes):
             columns = versions[version]
@@ -235,7 +239,8 @@ def _last_key(batch: pa.RecordBatch) -> Key:
 
 
 def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
-    """The changes of transactions the baseline snapshot did not see (rule 5), vectorised."""
+    """The changes of transactions the baseline snapshot did not see (rule 5), vectorised; the
+    batch's ``_xid`` are 64-bit (``read_changes`` widens a legacy segment's against ``done.xmax``)."""
     newer = not_visible(batch.column(XID), done.xmin, done.xmax, done.xip)
     if newer.all():  # the common case once the snapshot's transactions are behind
         return batch

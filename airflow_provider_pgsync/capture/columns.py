@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.changelog.schema import UNCHANGED, old_key_column, segment_schema
+from airflow_provider_pgsync.changelog.xids import widen_xids
 from airflow_provider_pgsync.errors import DecodeError
 from airflow_provider_pgsync.pgoutput import (
     Delete,
@@ -88,11 +89,25 @@ class ColumnBatcher:
     ``version_of`` is asked for the schema version of each Relation message (capture
     starts a new version when the columns changed). Transactions whose commit LSN is
     below ``skip_before`` are durable already (a re-run after a crash) and are dropped.
+
+    ``xid_reference`` is a 64-bit xid read together with the peek's ``upto`` LSN
+    (``pg_snapshot_xmax(pg_current_snapshot())``): every transaction committed by then is
+    less than 2^31 from it (wraparound protection, and the slot's catalog_xmin, hold the
+    horizon back), so each transaction's 32-bit xid is widened to the 64-bit value nearest
+    to it (one NumPy pass per fetch, over its Begin messages). Without a reference the xids
+    stay as pgoutput sends them.
     """
 
-    def __init__(self, version_of: Callable[[Relation], int], *, skip_before: int = 0) -> None:
+    def __init__(
+        self,
+        version_of: Callable[[Relation], int],
+        *,
+        skip_before: int = 0,
+        xid_reference: int | None = None,
+    ) -> None:
         self.version_of = version_of
         self.skip_before = skip_before
+        self.xid_reference = xid_reference
         self.relations: dict[int, TableVersion] = {}
         self.open: _OpenTransaction | None = None
         self.payloads = 0
@@ -153,7 +168,10 @@ class ColumnBatcher:
             raise _Fallback("Begin or Commit of unexpected length")
         b_pos = starts[begins]
         carry = self.open or _OpenTransaction(0, 0, 0, 0)
-        xids = _prepend(carry.xid, _be(buf, b_pos + 17, ">u4"))
+        begun = _be(buf, b_pos + 17, ">u4")
+        if self.xid_reference is not None:
+            begun = widen_xids(begun, self.xid_reference)
+        xids = _prepend(carry.xid, begun)
         commit_lsns = _prepend(carry.commit_lsn, _be(buf, b_pos + 1, ">u8"))
         commit_ts = _prepend(carry.commit_ts, _be(buf, b_pos + 9, ">i8"))
 

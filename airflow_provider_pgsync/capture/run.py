@@ -88,7 +88,8 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
     assert info is not None and info.confirmed_flush_lsn is not None
     if state.slot_name is None:
         state = state.with_slot(slot, info.confirmed_flush_lsn)
-    upto = hook.wal_positions().flush
+    positions = hook.wal_positions()  # the peek's bound and the 64-bit xid reference, read together
+    upto = positions.flush
     start = info.confirmed_flush_lsn
     in_worker = upto - start >= settings.worker_from_bytes
     log.info(
@@ -100,7 +101,7 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
         ", decoding in a worker process" if in_worker else "",
     )
     decoder: Decoder = (ProcessDecodeWriter if in_worker else DecodeWriter)(
-        settings.changelog_uri, state, settings.part_bytes
+        settings.changelog_uri, state, settings.part_bytes, xid_reference=positions.xmax
     )
     progress = _Progress()
     try:

@@ -71,14 +71,18 @@ class DecodeWriter:
 
     Parts are encoded by one background thread (Parquet encoding releases the
     interpreter lock); at most ``_IN_FLIGHT`` wait for it, which bounds memory.
+    ``xid_reference`` (64 bits, read with the peek's bound) widens the xids to 64 bits
+    (see ``ColumnBatcher``).
     """
 
-    def __init__(self, changelog_uri: str, state: PipelineState, part_bytes: int) -> None:
+    def __init__(
+        self, changelog_uri: str, state: PipelineState, part_bytes: int, *, xid_reference: int
+    ) -> None:
         self.changelog = Changelog(changelog_uri)
         self.state = state
         self.part_bytes = part_bytes
         skip_before = state.last_end_lsn.value if state.last_end_lsn else 0
-        self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before)
+        self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before, xid_reference=xid_reference)
         self.tables: dict[str, TableState] = {}
         self.versions: dict[tuple[str, int], TableVersion] = {}
         self.pending: dict[tuple[str, int], list[pa.Table]] = {}
@@ -164,7 +168,9 @@ class ProcessDecodeWriter:
     decoding overlap; ``feed`` blocks only while that many wait.
     """
 
-    def __init__(self, changelog_uri: str, state: PipelineState, part_bytes: int) -> None:
+    def __init__(
+        self, changelog_uri: str, state: PipelineState, part_bytes: int, *, xid_reference: int
+    ) -> None:
         ours, theirs = socket.socketpair()
         with theirs:
             self.process = subprocess.Popen(
@@ -173,7 +179,7 @@ class ProcessDecodeWriter:
                 env={**os.environ, **_MALLOC_TUNING},
             )
         self.conn = Connection(ours.detach())
-        self.conn.send((changelog_uri, state.to_json(), part_bytes))
+        self.conn.send((changelog_uri, state.to_json(), part_bytes, xid_reference))
         self.outbox: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue(maxsize=_IN_FLIGHT)
         self.send_error: BaseException | None = None
         self.sender = threading.Thread(target=self._send, name="pgsync-capture-sender", daemon=True)
@@ -246,8 +252,10 @@ def _worker_main(fd: int) -> None:
 
     try:
         _warm_up()  # while the server still decodes the peek
-        changelog_uri, state_json, part_bytes = conn.recv()
-        writer = DecodeWriter(changelog_uri, PipelineState.from_json(state_json), part_bytes)
+        changelog_uri, state_json, part_bytes, xid_reference = conn.recv()
+        writer = DecodeWriter(
+            changelog_uri, PipelineState.from_json(state_json), part_bytes, xid_reference=xid_reference
+        )
         threading.Thread(target=receive, name="pgsync-capture-receiver", daemon=True).start()
         while (item := inbox.get()) is not None:
             if isinstance(item, BaseException):
@@ -286,7 +294,7 @@ def _warm_up(rows: int = 20_000) -> None:
         + b"value"
         for k in (str(i).encode() for i in range(rows))
     ]
-    batcher = ColumnBatcher(lambda relation: 0)
+    batcher = ColumnBatcher(lambda relation: 0, xid_reference=2)
     for _, table in batcher.feed([begin, relation, *inserts, commit]):
         pq.write_table(table, pa.BufferOutputStream(), compression="zstd")
 

@@ -17,7 +17,10 @@ from airflow_provider_pgsync.state.model import ColumnInfo, SegmentInfo
 
 FORMAT_VERSION = 1
 METADATA_KEY = b"pgsync"
-_XID32_MAX = 2**32 - 1
+#: The ``xid_bits`` of the segments this version writes: their ``_xid`` values are 64-bit
+#: (epoch << 32 | xid). Segments without the key were written before, with pgoutput's 32-bit xids.
+XID_BITS = 64
+LEGACY_XID_BITS = 32
 
 
 def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema, what: str) -> pa.Table:
@@ -25,7 +28,7 @@ def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema, what: str) -> pa
 
     Field metadata and nullable flags of ``data`` may differ as long as the not-null
     columns hold no nulls. Rows must be non-empty, strictly ordered by
-    (``_commit_lsn``, ``_seq``), with known ``_op`` letters and 32-bit ``_xid`` values.
+    (``_commit_lsn``, ``_seq``), with known ``_op`` letters and ``_xid`` values >= 0 (64-bit transaction ids).
     """
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
@@ -47,8 +50,8 @@ def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema, what: str) -> pa
     if len(bad_ops):
         raise ChangelogError(f"{what}: _op holds {bad_ops.to_pylist()[:5]}; allowed are I, U, D and T")
     xids = pc.min_max(data.column(XID))
-    if xids["min"].as_py() < 0 or xids["max"].as_py() > _XID32_MAX:
-        raise ChangelogError(f"{what}: _xid values must be 32-bit transaction ids (0..2^32-1)")
+    if xids["min"].as_py() < 0:
+        raise ChangelogError(f"{what}: _xid values must be 64-bit transaction ids (0..2^63-1), not negative")
     lsn = data.column(COMMIT_LSN).to_numpy()
     seq = data.column(SEQ).to_numpy()
     ordered = (lsn[1:] > lsn[:-1]) | ((lsn[1:] == lsn[:-1]) & (seq[1:] > seq[:-1]))
@@ -96,6 +99,7 @@ def build_metadata(
         "max_xid": xids["max"].as_py(),
         "rows": data.num_rows,
         "part": part,
+        "xid_bits": XID_BITS,
     }
 
 
@@ -134,6 +138,15 @@ def columns_of(meta: Mapping[str, Any], path: str) -> list[ColumnInfo]:
         raise ChangelogError(f"segment {path}: malformed columns in its 'pgsync' metadata ({exc})") from None
 
 
+def xid_bits_of(meta: Mapping[str, Any], path: str) -> int:
+    """64 when the segment's ``_xid`` values are 64-bit, 32 for a segment written before
+    (no ``xid_bits`` key: pgoutput's 32-bit xids)."""
+    bits = meta.get("xid_bits", LEGACY_XID_BITS)
+    if bits not in (LEGACY_XID_BITS, XID_BITS) or isinstance(bits, bool):
+        raise ChangelogError(f"segment {path}: 'xid_bits' {bits!r} in its 'pgsync' metadata must be 32 or 64")
+    return int(bits)
+
+
 def info_of(meta: Mapping[str, Any], path: str) -> SegmentInfo:
     """The SegmentInfo of the segment at ``path`` (relative to the changelog root)."""
     try:
@@ -146,6 +159,7 @@ def info_of(meta: Mapping[str, Any], path: str) -> SegmentInfo:
             min_xid=meta["min_xid"],
             max_xid=meta["max_xid"],
             rows=meta["rows"],
+            xid_bits=xid_bits_of(meta, path),
         )
     except (KeyError, TypeError, AttributeError, ConfigError, StateError) as exc:
         raise ChangelogError(f"segment {path}: incomplete 'pgsync' metadata ({exc})") from None

@@ -12,7 +12,8 @@ _XID_HALF = 2**31
 
 
 def xid_precedes(a: int, b: int) -> bool:
-    """Whether 32-bit xid ``a`` is older than ``b`` in PostgreSQL's modulo-2^32 order.
+    """Whether 32-bit xid ``a`` is older than ``b`` in PostgreSQL's modulo-2^32 order (the
+    order of the xids of legacy segments, written before capture stored 64-bit xids).
 
     ``b`` may be a 64-bit (epoch-qualified) xid; only its low 32 bits count.
     """
@@ -40,8 +41,8 @@ def segments_to_prune(
       segment missing from ``created_at`` is kept; ``Changelog.created_at`` gives file
       modification times);
     - if ``protect_from_xid`` is given (the xmin of the snapshot of an unfinished
-      baseline hand-off), its ``max_xid`` precedes that xid. xids compare modulo 2^32
-      like PostgreSQL's; a segment whose xids straddle the wrap-around point is kept.
+      baseline hand-off, 64 bits), the segment holds no transaction from that xid on
+      (``may_hold_unseen``).
     """
     if not watermarks:
         return []
@@ -59,9 +60,23 @@ def segments_to_prune(
     return result
 
 
-def may_hold_xid_from(seg: SegmentInfo, xid: int) -> bool:
-    """Whether ``seg`` may hold a transaction that is not older than ``xid`` (modulo 2^32); a
-    segment whose xids straddle the wrap-around point may."""
-    if seg.max_xid - seg.min_xid >= _XID_HALF:
+def may_hold_unseen(segment: SegmentInfo, xmin64: int) -> bool:
+    """Whether ``segment`` may hold a transaction that a snapshot with 64-bit xmin ``xmin64``
+    did not see, i.e. one whose xid is not older than ``xmin64``.
+
+    A segment with 64-bit xids (``xid_bits == 64``) may iff its ``max_xid >= xmin64``: exact,
+    however old the segment. A legacy segment (32-bit xids) compares modulo 2^32 like
+    PostgreSQL (only right while its transactions are within 2^31 of ``xmin64``), and one
+    whose xids straddle the wrap-around point may.
+    """
+    if segment.xid_bits == 64:
+        return segment.max_xid >= xmin64
+    if segment.max_xid - segment.min_xid >= _XID_HALF:
         return True
-    return not xid_precedes(seg.max_xid, xid)
+    return not xid_precedes(segment.max_xid, xmin64)
+
+
+def may_hold_xid_from(seg: SegmentInfo, xid: int) -> bool:
+    """Whether ``seg`` may hold a transaction that is not older than 64-bit ``xid`` (see
+    ``may_hold_unseen``)."""
+    return may_hold_unseen(seg, xid)

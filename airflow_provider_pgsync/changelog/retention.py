@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from airflow_provider_pgsync.changelog.prune import may_hold_xid_from
+from airflow_provider_pgsync.changelog.prune import may_hold_unseen
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.destination import DestinationState
@@ -57,7 +57,7 @@ def segments_done_with(
 
 
 def _needed(segment: SegmentInfo, table: TableState, destinations: Sequence[str]) -> bool:
-    if table.backfill is not None and may_hold_xid_from(segment, table.backfill.xmin):
+    if table.backfill is not None and may_hold_unseen(segment, table.backfill.xmin):
         return True
     names = set(destinations) | set(table.destinations)
     return any(_needed_by(segment, table.destination(name)) for name in names)
@@ -87,7 +87,7 @@ def handoff_segments(segments: Sequence[SegmentInfo], done: SyncDone) -> list[Se
     versions hold only transactions the snapshot saw: a schema change waits for every writer
     of the table, and the baseline started after capture had seen the change."""
     return [
-        s for s in segments if s.schema_version >= done.schema_version and may_hold_xid_from(s, done.xmin)
+        s for s in segments if s.schema_version >= done.schema_version and may_hold_unseen(s, done.xmin)
     ]
 
 

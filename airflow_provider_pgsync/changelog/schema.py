@@ -5,7 +5,11 @@ A segment of a table with columns ``c1..cn`` has, in this order:
 - ``_op`` ``string`` not null: ``I``, ``U``, ``D`` or ``T`` (truncate; row columns null)
 - ``_commit_lsn`` ``uint64`` not null: the LSN of the transaction's commit record
 - ``_seq`` ``int64`` not null: position of the change inside its transaction
-- ``_xid`` ``int64`` not null: the 32-bit transaction id sent by pgoutput
+- ``_xid`` ``int64`` not null: the 64-bit transaction id (epoch << 32 | xid) of the
+  change's transaction, which capture widens from pgoutput's 32 bits when it writes the
+  segment (the transaction is recent then); the segment's metadata says ``xid_bits: 64``.
+  Segments written before hold the 32-bit xids and no ``xid_bits`` key;
+  ``Changelog.read_changes`` widens them against a reference the caller gives.
 - ``_commit_ts`` ``timestamp[us, UTC]`` not null
 - ``_unchanged`` ``list<string>``: names of columns sent as unchanged TOAST
 - ``_old_key_<c>`` ``string``, one per key column ``c``: the old key of an UPDATE that

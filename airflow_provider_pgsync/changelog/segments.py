@@ -35,6 +35,7 @@ from airflow_provider_pgsync.changelog.merge import Key, Source, merge_changes
 from airflow_provider_pgsync.changelog.paths import segment_path
 from airflow_provider_pgsync.changelog.prune import segments_to_prune
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, COMMIT_TS, OP, SEQ, XID, segment_schema
+from airflow_provider_pgsync.changelog.xids import widen_xids
 from airflow_provider_pgsync.errors import ChangelogError, ChangelogStorageError, ConfigError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo, SegmentInfo
@@ -136,15 +137,28 @@ class Changelog:
         *,
         after: tuple[int, int] | None = None,
         batch_rows: int = 65536,
+        xid_reference: int | None = None,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """Yield (schema_version, batch) with the table's changes once each, in (commit LSN, seq) order.
 
         Only ``segments`` of ``table`` are read; with ``after`` = (commit_lsn, seq) only
         changes strictly after that key. Batches hold at most ``batch_rows`` rows and
         memory is bounded by the segments overlapping at one point, not their total size.
+
+        ``_xid`` is 64-bit in segments written by this version. A legacy segment (32-bit
+        xids, no ``xid_bits`` in its metadata) has its xids widened to the 64-bit values
+        nearest to ``xid_reference`` (64 bits; apply gives its baseline snapshot's xmax, which
+        is less than 2^31 from every transaction the hand-off needs); without a reference
+        they are yielded as they are stored.
         """
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ConfigError(f"batch_rows {batch_rows!r} must be an integer >= 1")
+        if xid_reference is not None and (
+            isinstance(xid_reference, bool)
+            or not isinstance(xid_reference, int)
+            or not 0 <= xid_reference < 2**63
+        ):
+            raise ConfigError(f"xid_reference {xid_reference!r} must be a 64-bit transaction id (0..2^63-1)")
         key = table_key(table)
         start = None if after is None else _check_after(after)
         chosen: dict[str, SegmentInfo] = {}
@@ -152,13 +166,17 @@ class Changelog:
             if seg.table == key and (start is None or seg.last_commit_lsn.value >= start[0]):
                 chosen.setdefault(seg.path, seg)
         sources = [
-            Source(seg.path, seg.first_commit_lsn.value, partial(self._open_segment, seg, start, batch_rows))
+            Source(
+                seg.path,
+                seg.first_commit_lsn.value,
+                partial(self._open_segment, seg, start, batch_rows, xid_reference),
+            )
             for seg in chosen.values()
         ]
         return merge_changes(sources, after=start, batch_rows=batch_rows)
 
     def _open_segment(
-        self, seg: SegmentInfo, after: Key | None, batch_rows: int
+        self, seg: SegmentInfo, after: Key | None, batch_rows: int, xid_reference: int | None
     ) -> tuple[int, Iterator[pa.RecordBatch]]:
         file = self._open_input(seg.path)
         try:
@@ -166,6 +184,7 @@ class Changelog:
             meta = meta_.decode(parquet.schema_arrow.metadata, seg.path)
             self._check_matches(seg, meta, parquet)
             groups = _row_groups_after(parquet, after)
+            legacy = meta_.xid_bits_of(meta, seg.path) == meta_.LEGACY_XID_BITS
         except pa.ArrowInvalid as exc:
             file.close()
             raise ChangelogError(
@@ -175,7 +194,10 @@ class Changelog:
         except BaseException:
             file.close()
             raise
-        return int(meta["schema_version"]), _batches(parquet, file, groups, batch_rows, seg.path)
+        batches = _batches(parquet, file, groups, batch_rows, seg.path)
+        if legacy and xid_reference is not None:
+            batches = _widened(batches, xid_reference)
+        return int(meta["schema_version"]), batches
 
     def _check_matches(self, seg: SegmentInfo, meta: dict[str, Any], parquet: pq.ParquetFile) -> None:
         info = meta_.info_of(meta, seg.path)
@@ -329,6 +351,16 @@ def _row_groups_after(parquet: pq.ParquetFile, after: Key | None) -> list[int]:
         if stats is None or not stats.has_min_max or stats.max >= after[0]:
             kept.append(i)
     return kept
+
+
+def _widened(batches: Iterator[pa.RecordBatch], reference: int) -> Iterator[pa.RecordBatch]:
+    """The batches of a legacy segment with their 32-bit ``_xid`` widened to 64 bits near ``reference``."""
+    for batch in batches:
+        index = batch.schema.get_field_index(XID)
+        low = batch.column(index).to_numpy(zero_copy_only=False)
+        yield batch.set_column(
+            index, batch.schema.field(index), pa.array(widen_xids(low, reference), pa.int64())
+        )
 
 
 def _batches(

@@ -80,10 +80,17 @@ class SlotCreation:
 
 @dataclass(frozen=True)
 class WalPositions:
-    """The server's current WAL flush and insert positions."""
+    """The server's current WAL flush and insert positions, and ``xmax`` of its current
+    snapshot (``pg_snapshot_xmax(pg_current_snapshot())``, a 64-bit xid: epoch << 32 | xid).
+
+    Read in one statement: every transaction committed at or before ``flush`` has an xid
+    below about ``xmax`` and less than 2^31 from it, so capture widens pgoutput's 32-bit
+    xids of a peek bounded by ``flush`` against it.
+    """
 
     flush: LSN
     insert: LSN
+    xmax: int
 
 
 # pgoutput sends values in the text output of the session that decodes them: the peek fixes
@@ -351,11 +358,14 @@ class PgReplicationHook(PostgresHook):
     # ---- peek and advance --------------------------------------------------------------
 
     def wal_positions(self) -> WalPositions:
-        """The current WAL flush and insert LSNs."""
+        """The current WAL flush and insert LSNs and the current snapshot's 64-bit xmax."""
         with self.connect() as conn:
-            row = conn.execute("SELECT pg_current_wal_flush_lsn(), pg_current_wal_insert_lsn()").fetchone()
+            row = conn.execute(
+                "SELECT pg_current_wal_flush_lsn(), pg_current_wal_insert_lsn(),"
+                " pg_snapshot_xmax(pg_current_snapshot())::text::bigint"
+            ).fetchone()
         assert row is not None  # a SELECT without FROM returns one row
-        return WalPositions(flush=row[0], insert=row[1])
+        return WalPositions(flush=row[0], insert=row[1], xmax=int(row[2]))
 
     @contextmanager
     def peek(

@@ -236,6 +236,7 @@ def _segment_json(s: SegmentInfo) -> dict[str, Any]:
         "min_xid": s.min_xid,
         "max_xid": s.max_xid,
         "rows": s.rows,
+        "xid_bits": s.xid_bits,
     }
 
 
@@ -249,6 +250,7 @@ def _read_segment(data: Mapping[str, Any]) -> SegmentInfo:
         min_xid=_int(data["min_xid"], "segment min_xid"),
         max_xid=_int(data["max_xid"], "segment max_xid"),
         rows=_int(data["rows"], "segment rows"),
+        xid_bits=_int(data.get("xid_bits", 32), "segment xid_bits"),
     )
 
 

@@ -922,3 +922,47 @@ def test_lsn_above_2_53(lsn: int) -> None:
     payloads = [encode(m) for m in messages]
     out = check_chunkings(payloads, [2])
     assert out.rows[(1, 0)][0][1] == ("_commit_lsn", lsn)
+
+
+# ---- 64-bit xids ------------------------------------------------------------------------------
+
+FULL = 1 << 32
+
+
+@PROPERTY
+@given(
+    reference=st.integers(1 << 31, 1 << 62),
+    ages=st.lists(st.integers(0, (1 << 31) - 1), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(1, 60), max_size=6),
+)
+def test_xids_are_widened_to_64_bits(reference: int, ages: list[int], cuts: list[int]) -> None:
+    """With a reference read with the peek's bound, ``_xid`` holds each transaction's exact
+    64-bit xid (every one less than 2^31 below the reference), also for a transaction
+    carried from one fetch into the next."""
+    exact = [reference - 1 - age for age in ages]
+    messages: list[Message] = [R]
+    for k, xid in enumerate(exact):
+        messages += tx(1000 + 100 * k, xid & (FULL - 1), [Insert(None, 1, tup(str(k), "a"))])
+    payloads = [encode(m) for m in messages]
+    batcher = ColumnBatcher(SchemaVersions(), xid_reference=reference)
+    bounds = sorted({min(c, len(payloads)) for c in cuts} | {len(payloads)})
+    got: list[int] = []
+    start = 0
+    for stop in bounds:
+        for _, table in batcher.feed(payloads[start:stop]):
+            got += table.column("_xid").to_pylist()
+        start = stop
+    assert got == exact
+
+
+def test_xids_across_an_epoch_boundary() -> None:
+    reference = 3 * FULL + 5  # the next xid has just wrapped into epoch 3
+    messages: list[Message] = [R]
+    for k, xid in enumerate([FULL - 2, FULL - 1, 0, 3]):
+        messages += tx(1000 + 100 * k, xid, [Insert(None, 1, tup(str(k), "a"))])
+    [(_, table)] = ColumnBatcher(SchemaVersions(), xid_reference=reference).feed(
+        [encode(m) for m in messages]
+    )
+    assert table.column("_xid").to_pylist() == [3 * FULL - 2, 3 * FULL - 1, 3 * FULL, 3 * FULL + 3]
+    [(_, plain)] = ColumnBatcher(SchemaVersions()).feed([encode(m) for m in messages])
+    assert plain.column("_xid").to_pylist() == [FULL - 2, FULL - 1, 0, 3]  # without a reference: as sent

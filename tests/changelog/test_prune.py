@@ -80,3 +80,22 @@ def test_with_file_times(tmp_path: Path) -> None:
     assert segments_to_prune(infos, {"lake": (99, 0)}, now=now, retention=DAY, created_at=created) == []
     log.delete_segments(s.path for s in chosen)
     assert not (tmp_path / infos[0].path).exists() and (tmp_path / infos[1].path).exists()
+
+
+def test_64_bit_segments_compare_as_plain_integers() -> None:
+    """Segments with 64-bit xids: kept iff they may hold an xid from the hand-off's xmin on,
+    however many epochs lie between (the modulo rule would keep or drop them by their low bits)."""
+    xmin = 7 * 2**32 + 150
+
+    def wide(name: str, lo: int, hi: int) -> SegmentInfo:
+        return SegmentInfo(name, "public.orders", 1, LSN(10), LSN(20), lo, hi, 1, xid_bits=64)
+
+    segs = (
+        wide("a", xmin - 2**32 + 100, xmin - 2**32 + 900),  # an epoch older, low bits "after" xmin
+        wide("b", xmin - 3 * 2**31, xmin - 3 * 2**31 + 5),  # 1.5 epochs older
+        wide("c", xmin - 10, xmin),  # may hold xmin itself
+        wide("d", xmin + 1, xmin + 2**33),
+        wide("e", xmin - 10, xmin - 1),
+    )
+    created = dict.fromkeys("abcde", NOW - 3 * DAY)
+    assert prune({"lake": (99, 0)}, created, protect=xmin, segments=segs) == ["a", "b", "e"]

@@ -77,6 +77,7 @@ def test_metadata(tmp_path: Path) -> None:
         "max_xid": 4_294_967_295,
         "rows": 7,
         "part": 3,
+        "xid_bits": 64,
     }
     assert log.segment_info(info.path) == info
     parquet = pq.ParquetFile(tmp_path / info.path)
@@ -205,8 +206,10 @@ def test_values_are_checked(tmp_path: Path) -> None:
     log = Changelog(str(tmp_path))
     with pytest.raises(ChangelogError, match="_op holds \\['X'\\]"):
         log.write_segment(ORDERS, 1, COLUMNS, table_of([change(1, 0, op="X")]))
-    with pytest.raises(ChangelogError, match="32-bit"):
-        log.write_segment(ORDERS, 1, COLUMNS, table_of([change(1, 0, xid=2**32)]))
+    with pytest.raises(ChangelogError, match="must be 64-bit transaction ids"):
+        log.write_segment(ORDERS, 1, COLUMNS, table_of([change(1, 0, xid=-1)]))
+    wide = log.write_segment(ORDERS, 1, COLUMNS, table_of([change(1, 0, xid=7 * 2**32 + 5)]))
+    assert (wide.min_xid, wide.max_xid, wide.xid_bits) == (7 * 2**32 + 5, 7 * 2**32 + 5, 64)
     nullable = table_of([change(1, 0)]).cast(
         pa.schema([f.with_nullable(True) for f in table_of([change(1, 0)]).schema])
     )

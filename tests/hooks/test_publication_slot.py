@@ -431,6 +431,12 @@ def test_wal_positions(database: Database, hook: PgReplicationHook) -> None:
         assert positions.flush <= positions.insert
     assert after.insert > before.insert
     assert after.flush > before.flush
+    # the current snapshot's 64-bit xmax: past the xid of the transaction committed between
+    written = database.transaction("INSERT INTO w VALUES (1)")
+    latest = hook.wal_positions()
+    assert before.xmax <= written < latest.xmax
+    [(xmax,)] = database.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+    assert latest.xmax <= int(xmax)  # type: ignore[call-overload]
 
 
 def test_advance_slot_moves_to_a_commit_and_never_back(
