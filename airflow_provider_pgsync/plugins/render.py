@@ -23,7 +23,9 @@ h1 { font-size: 1.4rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
 table { border-collapse: collapse; margin: .5rem 0; }
 th, td { border: 1px solid #cbd5e0; padding: .3rem .6rem; text-align: left; vertical-align: top; }
 th { background: #edf2f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.phase { font-weight: 600; } .phase-Ready { color: #276749; } .phase-Errored { color: #c53030; }
+.phase, .destination-phase { font-weight: 600; } .destination-reason { color: #c53030; }
+ul.destinations { margin: 0; padding-left: 1rem; }
+.phase-Ready { color: #276749; } .phase-Errored { color: #c53030; }
 .problem { border-left: 4px solid #c53030; background: #fff5f5; padding: .4rem .8rem; margin: .4rem 0; }
 .note { color: #4a5568; font-size: .9rem; } dl { display: grid; grid-template-columns: max-content auto; }
 dt { font-weight: 600; margin-right: 1rem; } dd { margin: 0; }
@@ -140,13 +142,13 @@ def render_destinations(rows: Sequence[DestinationRow]) -> str:
         lag = "" if d.lag_bytes is None else f", {format_bytes(d.lag_bytes)} behind capture"
         text = (
             f'<li data-destination="{_e(d.name)}">{_e(d.name)}: '
-            f'<span class="phase phase-{_e(d.phase)}">{_e(d.phase)}</span> '
+            f'<span class="destination-phase phase-{_e(d.phase)}">{_e(d.phase)}</span> '
             f'<span class="note">({_e(mark)}{_e(lag)})</span>'
         )
         if d.phase == "Errored":
             text += (
-                f'<br><span class="reason">{_e(d.reason)}</span>'
-                f'<br><span class="remedy">Remedy: {_e(d.solution)} (retry: {_e(d.retry)})</span>'
+                f'<br><span class="destination-reason">{_e(d.reason)}</span>'
+                f'<br><span class="destination-remedy">Remedy: {_e(d.solution)} (retry: {_e(d.retry)})</span>'
             )
         items.append(text + "</li>")
     return f'<ul class="destinations">{"".join(items)}</ul>' if items else ""
