@@ -11,6 +11,7 @@ columns sent as unchanged TOAST alone.
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.
+A baseline fills a staging table and swaps it in (``postgres_baseline.py``).
 """
 
 from __future__ import annotations

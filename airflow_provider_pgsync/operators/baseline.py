@@ -61,7 +61,12 @@ class PgBaselineOperator(BaseOperator):
     :param table: ``"schema.table"`` or ``{"table": ..., "columns": [...], "row_filter": ...}``,
         as the publication has it.
     :param destinations: destination configs; default one lake destination
-        ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``.
+        ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``;
+        PostgreSQL replicas as ``{"kind": "postgres", "conn_id": ..., "name": ...,
+        "control_schema": ..., "fillfactor": ...}`` (``PostgresDestination.from_config``):
+        the job fills a staging table in each, swapped in once the job has succeeded
+        (``destinations/postgres_baseline.py``). Every destination records this run's
+        lineage id (the result's ``lineage``).
     :param target_partition_mb: about how much of the table each Spark partition reads.
     :param copy_path: ``auto`` (default) reads tables whose columns are all numbers, booleans,
         text, bytea, dates and timestamps with binary ``COPY`` into Arrow (ADBC) inside Spark
