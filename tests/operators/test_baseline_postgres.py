@@ -10,6 +10,7 @@ made without Spark), each under a concurrent writer. A rebaseline whose spark-su
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import Ready, SyncDone
+from pgcluster import dev_password
 from tests.apply.test_apply_postgres import apply_all, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
@@ -144,6 +146,8 @@ def test_baseline_into_lake_and_postgres_then_apply_reaches_the_source(
     source_conn_id: str,
     lake: Path,
     monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     pipeline = make_pipeline(DDL, TABLES)
     database.transaction(ITEMS, EVENTS, "ANALYZE items", "ANALYZE events")
@@ -169,6 +173,11 @@ def test_baseline_into_lake_and_postgres_then_apply_reaches_the_source(
     items = TableRef("public", "items")
     assert (destination.lineage(items), destination.watermark(items)) == (first["lineage"], None)
     assert isinstance(pipeline.state().table("public.items").phase, SyncDone)
+    out, err = capfd.readouterr()
+    log = "\n".join([out, err, caplog.text])
+    assert re.search(r"public\.items: [\d,]+ rows read and written in .* copied into pgsync\.baseline_v", log)
+    submit = [line for line in log.splitlines() if "Spark-Submit cmd" in line]
+    assert submit and dev_password() not in log, "the replica's password reached the log"
 
     # a REPLICA IDENTITY FULL table with duplicates, whose replica table is older: rebaselined
     events = TableRef("public", "events")
