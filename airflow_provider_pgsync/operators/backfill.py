@@ -54,6 +54,11 @@ class PgBackfillOperator(PgBaselineOperator):
         key = table_key(spec_table.table)
         condition = (self.backfill_filter or "").strip()
         lakes = [_backfill_lake(d) for d in self.destinations]
+        if not lakes:
+            raise ConfigError(
+                f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
+                "(rebaseline the table to refresh a PostgreSQL destination)"
+            )
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
