@@ -117,6 +117,17 @@ def database(pg_cluster: Cluster) -> Iterator[Database]:
 
 
 @pytest.fixture
+def replica(pg_cluster: Cluster) -> Iterator[Database]:
+    """A second new database in the test cluster, for the PostgreSQL destination."""
+    name = f"r_{uuid.uuid4().hex[:12]}"
+    pg_cluster.create_database(name)
+    try:
+        yield Database(pg_cluster, name)
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@pytest.fixture
 def source_conn_id(database: Database, monkeypatch: pytest.MonkeyPatch) -> str:
     """An Airflow connection id (through AIRFLOW_CONN_*) pointing at the test database."""
     conn_id = "pgsync_source"

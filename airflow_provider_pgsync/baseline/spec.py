@@ -12,6 +12,12 @@ PASSWORD_ENV = "PGSYNC_SOURCE_PASSWORD"
 """The environment variable through which the job receives the source password."""
 
 
+def dest_password_env(index: int) -> str:
+    """The environment variable through which the job receives the password of the PostgreSQL
+    destination ``spec.destinations[index]``."""
+    return f"PGSYNC_DEST_PASSWORD_{index}"
+
+
 @dataclass(frozen=True)
 class BaselineJobSpec:
     """One table's baseline: the JDBC source, its partitions, the column reads and the destinations.
@@ -25,6 +31,13 @@ class BaselineJobSpec:
     join every partition's connection to the snapshot. With ``stage_as`` (a backfill's id) the
     job only stages the rows for apply (``LakeDestination.backfill_dir``) and leaves the base
     and the catalog alone.
+
+    ``lineage`` names this baseline's result in every destination: the lake's new base version
+    folder, the PostgreSQL destinations' recorded lineage. Each destination is a dict with a
+    ``kind``: a lake's config (``LakeDestination.to_config``), or ``postgres`` with ``name``,
+    ``conninfo`` (libpq, no password), ``staging`` and ``parts`` (tables, as SQL text) and
+    ``columns`` (the names copied); PostgreSQL destinations get ``pg_query``, the table as a
+    subquery of its published columns as they are (their text output is what is copied).
     """
 
     table: str
@@ -44,6 +57,8 @@ class BaselineJobSpec:
     arrow_query: str = ""
     keys: tuple[str, ...] = ()
     stage_as: str = ""
+    lineage: str = ""
+    pg_query: str = ""
 
     @property
     def session_init(self) -> str:

@@ -71,9 +71,9 @@ def build_dags(pipelines: PipelineSource) -> dict[str, DAG]:
 
 def pipeline_dags(config: PipelineConfig) -> list[DAG]:
     """The DAGs of one pipeline: setup, baseline, cdc, compact, teardown; without a lake
-    destination only setup, cdc and teardown (the baseline writes lake destinations only)."""
-    if not config.lake_destinations:  # the baseline and compaction write lake destinations only
-        return [setup_dag(config), cdc_dag(config), teardown_dag(config)]
+    destination no compact DAG (compaction folds lake segments)."""
+    if not config.lake_destinations:
+        return [setup_dag(config), baseline_dag(config), cdc_dag(config), teardown_dag(config)]
     return [
         setup_dag(config),
         baseline_dag(config),
@@ -106,12 +106,7 @@ def _destinations_md(config: PipelineConfig) -> str:
 def setup_dag(config: PipelineConfig) -> DAG:
     """Preflight, publication, slot, table states Init, then the baseline of the tables in Init."""
     baseline_id = dag_id(config.name, "baseline")
-    then = (
-        f"then triggers `{baseline_id}` for the tables in Init"
-        if config.lake_destinations
-        else "(the pipeline has no lake destination, so no baseline DAG: the tables wait in Init for "
-        "a baseline made otherwise)"
-    )
+    then = f"then triggers `{baseline_id}` for the tables in Init"
     doc = (
         f"### pgsync pipeline `{config.name}`: setup\n\n"
         f"Checks that source `{config.source_conn_id}` can replicate {_tables_md(config)} (preflight), "
@@ -142,13 +137,12 @@ def setup_dag(config: PipelineConfig) -> DAG:
 
         phases: Any = init_table_states()  # an XComArg: the dict at run time
         preflight >> publication >> slot >> phases
-        if config.lake_destinations:
-            waiting = tables_to_baseline(phases)
-            waiting >> TriggerDagRunOperator(
-                task_id="trigger_baseline",
-                trigger_dag_id=baseline_id,
-                conf={"tables": waiting, "mode": "rebaseline"},
-            )
+        waiting = tables_to_baseline(phases)
+        waiting >> TriggerDagRunOperator(
+            task_id="trigger_baseline",
+            trigger_dag_id=baseline_id,
+            conf={"tables": waiting, "mode": "rebaseline"},
+        )
     return dag
 
 
@@ -156,10 +150,10 @@ def baseline_dag(config: PipelineConfig) -> DAG:
     """One mapped baseline (or backfill) task per table chosen in the trigger form."""
     doc = (
         f"### pgsync pipeline `{config.name}`: baseline\n\n"
-        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into the lake "
-        "destinations, one Spark job and one mapped task per table, each from one exported snapshot, "
-        "and hands each table off to the stream exactly (SyncDone, then Ready at the next cdc run). "
-        "The other tables keep their phase and keep streaming.\n\n"
+        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into "
+        f"{_destinations_md(config)}, one Spark job and one mapped task per table, each from one "
+        "exported snapshot, and hands each table off to the stream exactly (SyncDone, then Ready at "
+        "the next cdc run). The other tables keep their phase and keep streaming.\n\n"
         "Param `mode`: `rebaseline` (also the first baseline after setup) copies whole tables again; "
         "`backfill` re-reads only the rows matching `backfill_filter` (a SQL condition; empty: every "
         "row) of tables that are Ready and stages them: the next cdc run writes them over the lake's "
@@ -185,6 +179,7 @@ def baseline_dag(config: PipelineConfig) -> DAG:
             table=rebaselines
         )
         del kwargs["rebaseline"]
+        kwargs["destinations"] = config.backfill_destinations()
         backfills = choose_backfills()
         rebaselines >> backfills
         backfill = PgBackfillOperator.partial(task_id="backfill", map_index_template=_TABLE_NAME, **kwargs)

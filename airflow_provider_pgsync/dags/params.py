@@ -68,6 +68,11 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     if condition is not None and not isinstance(condition, str):
         raise ConfigError(f"param 'backfill_filter' must be SQL text, not {condition!r}")
     condition = (condition or "").strip()
+    if mode == "backfill" and not config.lake_destinations:
+        raise ConfigError(
+            f"param 'mode': pipeline {config.name!r} has no lake destination, and a backfill writes lake "
+            "destinations only; choose mode 'rebaseline' to copy the tables into its destinations again"
+        )
     if mode == "rebaseline" and condition:
         raise ConfigError(
             "param 'backfill_filter' is for mode 'backfill' only; clear it to rebaseline, or choose mode "

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
+import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,11 @@ def catalog_name(table: TableRef) -> str:
     folded = re.sub(r"[^a-z0-9]+", "_", f"{table.schema}__{table.name}".lower()).strip("_")
     digest = hashlib.sha256(f"{table.schema}\0{table.name}".encode()).hexdigest()[:8]
     return f"{folded or 't'}_{digest}"
+
+
+def new_version() -> str:
+    """A new id of a base version, and of the lineage a baseline starts: ``v<UTC time>-<8 hex>``."""
+    return f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 def lake_name(lake: LakeDestination) -> str:

@@ -11,6 +11,7 @@ columns sent as unchanged TOAST alone.
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.
+A baseline fills a staging table and swaps it in (``postgres_baseline.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from airflow_provider_pgsync.apply.net import (
 )
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations import postgres_baseline
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
@@ -146,7 +148,7 @@ class PostgresDestination(Destination):
             row = self._read_watermark(table)
         except psycopg.OperationalError as exc:
             raise _unavailable(self.name, f"reading the watermark of {table}", exc) from exc
-        return None if row is None else (int(row[0]), int(row[1]))
+        return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
     def _read_watermark(self, table: TableRef) -> tuple[Any, ...] | None:
         return self._conn.execute(
@@ -155,6 +157,31 @@ class PostgresDestination(Destination):
             ),
             (self.name, str(table)),
         ).fetchone()
+
+    def lineage(self, table: TableRef) -> str | None:
+        """The lineage of the base the destination holds for ``table`` (None: none recorded)."""
+        return postgres_baseline.lineage(self, table)
+
+    # ---- baseline (destinations/postgres_baseline.py)
+
+    def prepare_baseline(self, table: TableRef, columns: Sequence[ColumnInfo], lineage: str) -> str:
+        """An empty staging table for the baseline ``lineage`` of ``table``; its qualified name."""
+        return postgres_baseline.prepare_baseline(self, table, columns, lineage)
+
+    @property
+    def baseline_parts(self) -> str:
+        """The table in which baseline tasks record the partitions they copied (SQL text)."""
+        return postgres_baseline.parts_table(self)
+
+    def finish_baseline(
+        self, table: TableRef, staging: str, lineage: str, columns: Sequence[ColumnInfo]
+    ) -> None:
+        """Make the filled ``staging`` table ``table``, with no change applied yet, atomically."""
+        postgres_baseline.finish_baseline(self, table, staging, lineage, columns)
+
+    def discard_baseline(self, staging: str) -> None:
+        """Drop the staging table of a baseline that failed."""
+        postgres_baseline.discard_baseline(self, staging)
 
     def apply(
         self, table: TableRef, columns: Sequence[ColumnInfo], changes: pa.RecordBatch, upto: Key
@@ -174,7 +201,7 @@ class PostgresDestination(Destination):
                 self._conn.execute(
                     sql.SQL(
                         "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
-                        " ON CONFLICT (destination, table_key)"
+                        " ON CONFLICT (destination, table_key)"  # the lineage stays as it is
                         " DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, seq = EXCLUDED.seq"
                     ).format(self._watermarks),
                     (self.name, str(table), upto[0], upto[1]),
@@ -461,16 +488,31 @@ class PostgresDestination(Destination):
         return sql.SQL("{}.watermarks").format(sql.Identifier(self.control_schema))
 
     def _ensure_watermarks(self) -> None:
+        """The control tables; a NULL ``commit_lsn`` is a baselined table with no change applied
+        yet, ``lineage`` the baseline its table holds (None: made by ``open_table``)."""
         with self._conn.transaction():
             self._conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.control_schema))
             )
             self._conn.execute(
                 sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (destination text, table_key text, commit_lsn numeric(20)"
-                    " NOT NULL, seq bigint NOT NULL, PRIMARY KEY (destination, table_key))"
+                    "CREATE TABLE IF NOT EXISTS {} (destination text, table_key text, commit_lsn numeric(20),"
+                    " seq bigint, lineage text, PRIMARY KEY (destination, table_key))"
                 ).format(self._watermarks)
             )
+            postgres_baseline.ensure_parts_table(self._conn, self.control_schema)
+            old = self._conn.execute(
+                "SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = %s::regclass"
+                " AND attname = 'lineage' AND NOT attisdropped)",
+                (self._watermarks.as_string(self._conn),),
+            ).fetchone()
+            if old and old[0]:  # made by an earlier version: altered once (it locks the table)
+                self._conn.execute(
+                    sql.SQL(
+                        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS lineage text,"
+                        " ALTER COLUMN commit_lsn DROP NOT NULL, ALTER COLUMN seq DROP NOT NULL"
+                    ).format(self._watermarks)
+                )
 
     def _type(self, column: ColumnInfo) -> str:
         """The destination type of ``column``: the source's when built in, else ``text``."""

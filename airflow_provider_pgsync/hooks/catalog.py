@@ -14,6 +14,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.preflight import TableFacts
 from airflow_provider_pgsync.source.publication import PublishedTable, normalise_filter
+from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.typemap.pgtypes import PgType, numeric_precision_scale
 
 
@@ -138,6 +139,30 @@ def identity_columns(conn: psycopg.Connection[Any], table: TableRef) -> tuple[st
         (relation_oid(conn, table),),
     ).fetchall()
     return tuple(r[0] for r in rows)
+
+
+def column_infos(
+    conn: psycopg.Connection[Any], table: TableRef, columns: Sequence[str] | None = None
+) -> list[ColumnInfo]:
+    """The table's columns (only ``columns`` when given) as capture records them from pgoutput's
+    Relation message: type OID and modifier as declared (a domain's own OID), and ``is_key``
+    for the replica identity's columns (every column under REPLICA IDENTITY FULL)."""
+    oid = relation_oid(conn, table)
+    keys = set(identity_columns(conn, table))
+    row = conn.execute("SELECT relreplident::text FROM pg_class WHERE oid = %s", (oid,)).fetchone()
+    full = row is not None and row[0] == "f"
+    rows = conn.execute(
+        "SELECT attname::text, atttypid::int8, atttypmod FROM pg_attribute"
+        " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = ''"
+        " ORDER BY attnum",
+        (oid,),
+    ).fetchall()
+    wanted = None if columns is None else set(columns)
+    return [
+        ColumnInfo(name, int(type_oid), int(typmod), full or name in keys)
+        for name, type_oid, typmod in rows
+        if wanted is None or name in wanted
+    ]
 
 
 def relation_oid(conn: psycopg.Connection[Any], table: TableRef) -> int:

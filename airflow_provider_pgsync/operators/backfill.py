@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -20,7 +21,7 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _kind, _lake
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import published_table
@@ -52,7 +53,12 @@ class PgBackfillOperator(PgBaselineOperator):
         spec_table = published_table(self.table)
         key = table_key(spec_table.table)
         condition = (self.backfill_filter or "").strip()
-        lakes = [_lake(d) for d in self.destinations]
+        lakes = [_backfill_lake(d) for d in self.destinations]
+        if not lakes:
+            raise ConfigError(
+                f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
+                "(rebaseline the table to refresh a PostgreSQL destination)"
+            )
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
@@ -128,6 +134,17 @@ def check_condition(conn: psycopg.Connection[Any], table: TableRef, condition: s
             f"backfill_filter {condition!r} is not a condition on table {table}: {problem}; write a SQL "
             "boolean expression over the table's columns, e.g. id > 1000"
         ) from None
+
+
+def _backfill_lake(config: Mapping[str, Any]) -> LakeDestination:
+    """The lake destination ``config`` describes; ConfigError for other kinds."""
+    if _kind(config) != "lake":
+        raise ConfigError(
+            f"destination {config.get('name', _kind(config))!r} ({_kind(config)}) cannot take a backfill: "
+            "a backfill writes lake destinations only; pass only the lake destinations to "
+            "PgBackfillOperator, and rebaseline the table to refresh the others"
+        )
+    return _lake(config)
 
 
 def _discard(lakes: list[LakeDestination], table: TableRef, backfill_id: str) -> None:

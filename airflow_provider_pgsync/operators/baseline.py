@@ -6,9 +6,11 @@ Spark job (``spark/baseline_job.py``) is submitted with the Spark provider's Spa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +18,32 @@ from airflow.sdk import BaseOperator, Context
 from psycopg import sql
 
 from airflow_provider_pgsync.baseline.plan import base_query
-from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
-from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.baseline.spec import (
+    PASSWORD_ENV,
+    BaselineJobSpec,
+    BaselineResult,
+    dest_password_env,
+)
+from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
-from airflow_provider_pgsync.hooks.catalog import identity_columns, relation_size, table_columns
+from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
-from airflow_provider_pgsync.state.model import DataSync, Errored, Init, PipelineState, SyncDone, table_key
+from airflow_provider_pgsync.state.model import (
+    ColumnInfo,
+    DataSync,
+    Errored,
+    Init,
+    PipelineState,
+    SyncDone,
+    table_key,
+)
 from airflow_provider_pgsync.state.store import StateStore, update_state
-from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
+from airflow_provider_pgsync.typemap.spark import ColumnRead, arrow_reads, spark_reads
 
 JDBC_DRIVER_JAR = "/usr/share/java/postgresql.jar"
 """Where Debian's libpostgresql-jdbc-java puts the driver; the default of ``spark_jars``."""
@@ -45,7 +61,12 @@ class PgBaselineOperator(BaseOperator):
     :param table: ``"schema.table"`` or ``{"table": ..., "columns": [...], "row_filter": ...}``,
         as the publication has it.
     :param destinations: destination configs; default one lake destination
-        ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``.
+        ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``;
+        PostgreSQL replicas as ``{"kind": "postgres", "conn_id": ..., "name": ...,
+        "control_schema": ..., "fillfactor": ...}`` (``PostgresDestination.from_config``):
+        the job fills a staging table in each, swapped in once the job has succeeded
+        (``destinations/postgres_baseline.py``). Every destination records this run's
+        lineage id (the result's ``lineage``).
     :param target_partition_mb: about how much of the table each Spark partition reads.
     :param copy_path: ``auto`` (default) reads tables whose columns are all numbers, booleans,
         text, bytea, dates and timestamps with binary ``COPY`` into Arrow (ADBC) inside Spark
@@ -106,11 +127,14 @@ class PgBaselineOperator(BaseOperator):
         self.spark_jars = spark_jars
         self.spark_submit_options = dict(spark_submit_options or {})
         self._submit: BaselineSubmitHook | None = None
+        self._replicas: list[_Replica] = []  # this run's PostgreSQL destinations
+        self._passwords: dict[str, str] = {}  # their passwords, by destination name
 
     def execute(self, context: Context) -> dict[str, Any]:
         spec_table = published_table(self.table)
         key = table_key(spec_table.table)
-        lakes = [_lake(d) for d in self.destinations]
+        lakes = [_lake(d) for d in self.destinations if _kind(d) != "postgres"]
+        lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
@@ -129,9 +153,12 @@ class PgBaselineOperator(BaseOperator):
                     len(snapshot.xip),
                     snapshot.baseline_lsn,
                 )
-                spec = self._job_spec(hook, conn, spec_table, snapshot, lakes)
+                spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
+                spec = self._prepare_replicas(conn, spec_table, spec)
                 result = self._run_job(spec)
+            self._finish_replicas(result)
         except Exception as exc:
+            self._discard_replicas()
             self._fail(store, key, exc)
             raise
         if not result.ok:
@@ -156,6 +183,7 @@ class PgBaselineOperator(BaseOperator):
             "copy_seconds": round(result.copy_seconds, 3),
             "catalog_seconds": round(result.catalog_seconds, 3),
             "written": list(result.written),
+            "lineage": lineage,
         }
 
     def on_kill(self) -> None:
@@ -174,9 +202,10 @@ class PgBaselineOperator(BaseOperator):
         *,
         condition: str = "",
         stage_as: str = "",
+        lineage: str = "",
     ) -> BaselineJobSpec:
-        """The Spark job's spec; for a backfill, the rows matching ``condition``, staged under
-        ``stage_as``."""
+        """The Spark job's spec (for the lake destinations); for a backfill, the rows matching
+        ``condition``, staged under ``stage_as``."""
         columns = table_columns(conn, table.table, table.columns)
         reads = spark_reads(columns, str(table.table))
         size, block_size, rows = relation_size(conn, table.table)
@@ -218,6 +247,7 @@ class PgBaselineOperator(BaseOperator):
             arrow_query=arrow_query,
             keys=identity_columns(conn, table.table),
             stage_as=stage_as,
+            lineage=lineage,
         )
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:
@@ -225,6 +255,7 @@ class PgBaselineOperator(BaseOperator):
         env = {"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()}
         if password:
             env[PASSWORD_ENV] = password
+        env.update(self._replica_passwords(spec))
         conf = {
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
@@ -260,6 +291,88 @@ class PgBaselineOperator(BaseOperator):
                 )
             return BaselineResult.from_json(result_path.read_text())
 
+    # ---- PostgreSQL destinations (destinations/postgres_baseline.py)
+
+    def _prepare_replicas(self, conn: Any, table: PublishedTable, spec: BaselineJobSpec) -> BaselineJobSpec:
+        """Create each PostgreSQL destination's staging table; ``spec`` with their entries (the
+        Spark job copies into them) and the table's query of its columns as they are."""
+        self._replicas, self._passwords = [], {}
+        configs = [d for d in self.destinations if _kind(d) == "postgres"]
+        if not configs:
+            return spec
+        columns = column_infos(conn, table.table, table.columns)
+        entries = []
+        for config in configs:
+            destination = PostgresDestination.from_config(config)
+            try:
+                staging = destination.prepare_baseline(table.table, columns, spec.lineage)
+                parts = destination.baseline_parts
+            finally:
+                destination.close()
+            self._replicas.append(_Replica(dict(config), destination.name, staging, columns, spec.lineage))
+            hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
+            if hook.connection.password:
+                self._passwords[destination.name] = hook.connection.password
+            self.log.info(
+                "baseline %s: staging table %s in destination %s", table.table, staging, destination.name
+            )
+            entries.append(
+                {
+                    "kind": "postgres",
+                    "name": destination.name,
+                    "conninfo": hook.libpq_target(),
+                    "staging": staging,
+                    "parts": parts,
+                    "columns": [c.name for c in columns],
+                }
+            )
+        as_they_are = [ColumnRead(c.name, "{col}", "native", "string") for c in columns]
+        return dataclasses.replace(
+            spec,
+            destinations=(*spec.destinations, *entries),
+            pg_query=base_query(table, as_they_are).as_string(conn),
+        )
+
+    def _replica_passwords(self, spec: BaselineJobSpec) -> dict[str, str]:
+        """The job's environment variables with the PostgreSQL destinations' passwords."""
+        passwords = self._passwords
+        return {
+            dest_password_env(i): passwords[d["name"]]
+            for i, d in enumerate(spec.destinations)
+            if d.get("kind") == "postgres" and d["name"] in passwords
+        }
+
+    def _finish_replicas(self, result: BaselineResult) -> None:
+        """Swap each PostgreSQL destination's staging table in (a failed job: drop them)."""
+        if not result.ok:
+            self._discard_replicas()
+            return
+        table = published_table(self.table).table
+        for replica in self._replicas:
+            destination = PostgresDestination.from_config(replica.config)
+            try:
+                destination.finish_baseline(table, replica.staging, replica.lineage, replica.columns)
+            finally:
+                destination.close()
+            replica.finished = True
+            self.log.info("baseline %s: swapped into destination %s", table, replica.name)
+
+    def _discard_replicas(self) -> None:
+        """Drop the staging tables not swapped in (after a failure; never raises)."""
+        for replica in self._replicas:
+            if replica.finished:
+                continue
+            try:
+                destination = PostgresDestination.from_config(replica.config)
+                try:
+                    destination.discard_baseline(replica.staging)
+                finally:
+                    destination.close()
+            except Exception as exc:
+                self.log.warning(
+                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
+                )
+
     def _fail(self, store: StateStore, key: str, exc: BaseException) -> None:
         reason = str(exc) if isinstance(exc, PgSyncError) else f"{type(exc).__name__}: {exc}"
         errored = Errored(
@@ -284,11 +397,27 @@ def _start(state: PipelineState, key: str, *, restart: bool) -> PipelineState:
     return state.with_table_phase(key, DataSync())
 
 
+@dataclass
+class _Replica:
+    """A PostgreSQL destination's part of a baseline run: its staging table, whether it is in."""
+
+    config: dict[str, Any]
+    name: str
+    staging: str
+    columns: list[ColumnInfo]
+    lineage: str
+    finished: bool = False
+
+
+def _kind(config: Mapping[str, Any]) -> str:
+    return str(config.get("kind", "lake"))
+
+
 def _lake(config: Mapping[str, Any]) -> LakeDestination:
     kind = config.get("kind", "lake")
     if kind != "lake":
         raise ConfigError(
             f"destination kind {kind!r} cannot take a baseline yet; "
-            "the baseline writes to 'lake' destinations"
+            "the baseline writes to 'lake' and 'postgres' destinations"
         )
     return LakeDestination.from_config(dict(config))

@@ -182,6 +182,10 @@ class PipelineConfig:
     def lake_destinations(self) -> tuple[LakeDestinationConfig, ...]:
         return tuple(d for d in self.destinations if isinstance(d, LakeDestinationConfig))
 
+    def backfill_destinations(self) -> list[dict[str, Any]]:
+        """The destinations a backfill writes: the lake destinations (a replica is rebaselined)."""
+        return [d.to_mapping() for d in self.lake_destinations]
+
     def operator_tables(self) -> list[str | dict[str, Any]]:
         """The tables as preflight and publication operators take them."""
         return [t.to_entry() for t in self.tables]
@@ -240,18 +244,13 @@ class PipelineConfig:
 
     def baseline_kwargs(self, table: str | TableConfig, *, rebaseline: bool = False) -> dict[str, Any]:
         """Arguments of ``PgBaselineOperator`` for one table of the pipeline (its columns and
-        row filter included). The baseline writes to lake destinations only: a pipeline
-        without one gets a ConfigError."""
+        row filter included): every destination takes the baseline. ``PgBackfillOperator``
+        takes them with ``destinations`` of the lake destinations only (``backfill_destinations``)."""
         entry = table if isinstance(table, TableConfig) else self.table(table)
-        if not self.lake_destinations:
-            raise ConfigError(
-                f"pipeline {self.name!r} has no lake destination: the baseline writes to lake "
-                "destinations only; add '- kind: lake' to its destinations"
-            )
         return {
             "pipeline": self.name,
             "table": entry.to_entry(),
-            "destinations": [d.to_mapping() for d in self.lake_destinations],
+            "destinations": [d.to_mapping() for d in self.destinations],
             **self._source_and_state(),
             "rebaseline": rebaseline,
             "target_partition_mb": self.baseline.target_partition_mb,

@@ -27,7 +27,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
-from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.baseline.spec import (
+    PASSWORD_ENV,
+    BaselineJobSpec,
+    BaselineResult,
+    dest_password_env,
+)
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import convert
@@ -51,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run(spec: BaselineJobSpec) -> BaselineResult:
     started = time.monotonic()
-    lakes = [LakeDestination.from_config(d) for d in spec.destinations]
+    lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
     builder = SparkSession.builder.appName(f"pgsync baseline {spec.table}")
     for lake in lakes:
         for key, value in lake.spark_conf().items():
@@ -62,7 +67,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         slots = spark.sparkContext.defaultParallelism
-        fast = bool(spec.arrow_query)
+        fast = bool(spec.arrow_query) and bool(lakes)  # the Arrow path writes lakes only
         if fast:
             problem = _start_python_workers(spark, slots)
             if problem:
@@ -98,15 +103,27 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         copy_seconds = time.monotonic() - copy_started
         rows = written[0]["rows"] if written else 0
         write_seconds = copy_seconds - catalog_seconds
+        lake_written = [w for w in written if w["kind"] == "lake"]
+        pg_written = [w for w in written if w["kind"] == "postgres"]
         log.info(
             "%s: %s rows read and written in %.1f s (%s rows/s), %s",
             spec.table,
             f"{rows:,}",
             write_seconds,
             f"{rows / max(write_seconds, 1e-9):,.0f}",
-            f"staged for apply in {', '.join(w['location'] for w in written)}"
-            if spec.stage_as
-            else f"swapped into {', '.join(w['table'] for w in written)} in {catalog_seconds:.1f} s",
+            "; ".join(
+                (
+                    [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
+                    if spec.stage_as
+                    else []
+                )
+                + (
+                    [f"swapped into {', '.join(w['table'] for w in lake_written)} in {catalog_seconds:.1f} s"]
+                    if lake_written and not spec.stage_as
+                    else []
+                )
+                + [f"copied into {w['staging']} of {w['destination']}" for w in pg_written]
+            ),
         )
         return BaselineResult(
             ok=True,
@@ -148,18 +165,26 @@ def _copy(
     rows); what was written and the swap's seconds."""
     table = TableRef.parse(spec.table)
     writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
-    log.info("%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source")
+    replicas = [(i, d) for i, d in enumerate(spec.destinations) if d.get("kind") == "postgres"]
+    if writers:
+        log.info(
+            "%s: reading with %s", spec.table, "binary COPY into Arrow" if fast else "Spark's JDBC source"
+        )
+    if replicas:
+        log.info("%s: copying with text COPY into %d PostgreSQL destination(s)", spec.table, len(replicas))
     schema = base_schema(spec)
     if spec.stage_as:
         locations = [writer.backfill_location(spec.stage_as) for writer in writers]
     else:
-        locations = [writer.new_location() for writer in writers]
+        locations = [writer.new_location(spec.lineage or None) for writer in writers]
         for writer, location in zip(writers, locations, strict=True):
             writer.warm_up(location, schema)
     rows = spark.sparkContext.accumulator(0)
-    counter = (lambda: int(rows.value)) if fast else None
+    counter = (lambda: int(rows.value)) if fast or (replicas and not writers) else None
     with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
-        if fast:
+        if not writers:
+            staged = []
+        elif fast:
             staged = [
                 (writer, _copy_files(spark, spec, predicates, writer, location, schema, rows))
                 for writer, location in zip(writers, locations, strict=True)
@@ -167,6 +192,13 @@ def _copy(
         else:
             df = read_source(spark, spec, predicates)
             staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
+        try:
+            # before the lakes' swap: a failed copy leaves every destination as it was
+            copied = _copy_postgres(spark, spec, predicates, replicas, rows) if replicas else []
+        except Exception:
+            for writer, base in staged:
+                writer.discard(base.location)
+            raise
     if spec.stage_as:
         return [_staged_for_apply(writer, base) for writer, base in staged], 0.0
     published = time.monotonic()
@@ -176,7 +208,46 @@ def _copy(
             written.append(writer.publish(base))
             swapped = time.monotonic() - published  # the base is durable: what follows is clean-up
             writer.clean_up()
-    return written, swapped
+    return written + copied, swapped
+
+
+def _copy_postgres(
+    spark: SparkSession,
+    spec: BaselineJobSpec,
+    predicates: list[str],
+    replicas: list[tuple[int, dict[str, Any]]],
+    rows: Any,
+) -> list[dict[str, Any]]:
+    """The PostgreSQL destinations: one Spark task per partition streams its ctid range from the
+    source's text ``COPY`` into every destination's staging table (``baseline/pg_copy.py``;
+    exactly once even when Spark retries a task). Their finish is the operator's."""
+    # imported here: only this path needs it (psycopg, no ADBC)
+    from airflow_provider_pgsync.baseline.pg_copy import Sink, copy_partition, partition_sql, staged_rows
+
+    source = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
+    sinks = [
+        Sink(
+            name=str(d["name"]),
+            conninfo=make_conninfo(str(d["conninfo"]), password=os.environ.get(dest_password_env(i)) or None),
+            staging=str(d["staging"]),
+            parts=str(d["parts"]),
+            columns=tuple(d["columns"]),
+        )
+        for i, d in replicas
+    ]
+    session, names = spec.session, [r.name for r in spec.columns]
+    work = [(i, partition_sql(spec.pg_query, names, p)) for i, p in enumerate(predicates)]
+
+    def run(item: tuple[int, str]) -> int:
+        count = copy_partition(source, session, item[1], sinks, item[0])
+        rows.add(count)
+        return count
+
+    spark.sparkContext.parallelize(work, len(work)).map(run).collect()
+    return [
+        {"kind": "postgres", "destination": s.name, "staging": s.staging, "rows": staged_rows(s, len(work))}
+        for s in sinks
+    ]
 
 
 def _staged_for_apply(writer: LakeBaseWriter, staged: StagedBase) -> dict[str, Any]:

@@ -16,8 +16,6 @@ import fcntl
 import logging
 import os
 import threading
-import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from airflow_provider_pgsync.changelog.merge import Key
-from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
+from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name, new_version
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
     RECORD_FIELDS,
@@ -84,9 +82,10 @@ class LakeBaseWriter:
         self._ready_lineage: str | None = None  # whose changes table exists already
         self._cleanup: tuple[set[str | None], set[str] | None] | None = None
 
-    def new_location(self) -> str:
-        """A fresh version folder for the next base (nothing reads it until it is swapped in)."""
-        version = f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+    def new_location(self, version: str | None = None) -> str:
+        """A fresh version folder for the next base, named ``version`` (a baseline's lineage id)
+        or a new id (nothing reads it until it is swapped in)."""
+        version = version or new_version()
         return f"{self.destination.table_dir(self.table)}/base/{version}"
 
     def backfill_location(self, backfill_id: str) -> str:

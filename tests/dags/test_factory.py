@@ -123,7 +123,7 @@ def test_the_mapped_baseline_gets_the_configs_baseline_arguments() -> None:
     assert partial["rebaseline"] is True and "table" in mapped.expand_input.value
 
 
-def test_no_baseline_or_compact_dag_without_a_lake_destination_and_assets_per_destination() -> None:
+def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() -> None:
     config = PipelineConfig(
         name="crm",
         source_conn_id="crm_db",
@@ -132,14 +132,14 @@ def test_no_baseline_or_compact_dag_without_a_lake_destination_and_assets_per_de
         schedules=Schedules(cdc="@hourly"),
     )
     dags = build_dags(config)
-    assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_cdc", "pgsync_crm_teardown"}
-    assert _tasks(dags["pgsync_crm_setup"]) == {
-        "preflight",
-        "create_publication",
-        "create_slot",
-        "init_table_states",
-    }
-    assert "no lake destination" in (dags["pgsync_crm_setup"].doc_md or "")
+    assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_teardown"}
+    assert "trigger_baseline" in _tasks(dags["pgsync_crm_setup"])
+    baseline: Any = dags["pgsync_crm_baseline"].get_task("baseline")
+    assert baseline.partial_kwargs["destinations"] == [d.to_mapping() for d in config.destinations]
+    backfill: Any = dags["pgsync_crm_baseline"].get_task("backfill")
+    assert backfill.partial_kwargs["destinations"] == []
+    with pytest.raises(ConfigError, match=r"no lake destination.*rebaseline"):
+        chosen_tables(config, {"mode": "backfill"})
     apply = dags["pgsync_crm_cdc"].get_task("apply")
     assert apply.outlets == [destination_alias("crm", "replica")]
 

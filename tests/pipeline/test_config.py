@@ -158,7 +158,8 @@ def test_operator_kwargs_are_accepted_by_the_real_operators(tmp_path: Path) -> N
     assert (apply.batch_rows, apply.batch_bytes) == (1_000_000, 256 * 2**20)
     assert baseline.table == {"table": "public.customers", "columns": ["id", "name", "country"],
                               "row_filter": "country = 'NL'"}  # fmt: skip
-    assert baseline.destinations == [apply.destinations[0]]  # the baseline writes lakes only
+    assert baseline.destinations == apply.destinations  # every destination takes the baseline
+    assert config.backfill_destinations() == [apply.destinations[0]]  # a backfill writes lakes only
     assert baseline.rebaseline is True
     assert (baseline.spark_conn_id, baseline.spark_jars) == (
         "spark_default",
@@ -186,8 +187,10 @@ def test_minimal_kwargs_are_accepted_too() -> None:
     assert compact.tables == ["public.orders"]
 
 
-def test_a_pipeline_without_a_lake_has_no_baseline_or_compaction() -> None:
+def test_a_pipeline_without_a_lake_has_a_baseline_but_no_compaction_or_backfill() -> None:
     config = PipelineConfig.from_mapping({**MINIMAL, "destinations": [{"kind": "postgres", "conn_id": "r"}]})
     assert config.compact_kwargs() == {}
-    with pytest.raises(ConfigError, match="no lake destination"):
-        config.baseline_kwargs("orders")
+    assert config.baseline_kwargs("orders")["destinations"] == [
+        {"kind": "postgres", "conn_id": "r", "name": "postgres", "control_schema": "pgsync", "fillfactor": 70}
+    ]
+    assert config.backfill_destinations() == []
