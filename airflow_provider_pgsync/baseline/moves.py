@@ -8,17 +8,10 @@ was rebaselined again meanwhile) records nothing over the newer one.
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Sequence
 
 from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, TableState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, SyncDone
-
-
-def new_lineage() -> str:
-    """A lineage id for one baseline attempt: ``v<UTC time>-<8 hex>`` (sorts by time)."""
-    return f"v{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 def started(

@@ -86,9 +86,7 @@ def handoff_segments(segments: Sequence[SegmentInfo], done: SyncDone) -> list[Se
     baseline copied or later that can hold a transaction its snapshot did not see. Older
     versions hold only transactions the snapshot saw: a schema change waits for every writer
     of the table, and the baseline started after capture had seen the change."""
-    return [
-        s for s in segments if s.schema_version >= done.schema_version and may_hold_unseen(s, done.xmin)
-    ]
+    return [s for s in segments if s.schema_version >= done.schema_version and may_hold_unseen(s, done.xmin)]
 
 
 def watermark_lsn(text: str | None) -> LSN | None:

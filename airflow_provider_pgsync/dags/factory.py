@@ -150,8 +150,9 @@ def baseline_dag(config: PipelineConfig) -> DAG:
     """One mapped baseline (or backfill) task per table chosen in the trigger form."""
     doc = (
         f"### pgsync pipeline `{config.name}`: baseline\n\n"
-        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into "
-        f"{_destinations_md(config)}, one Spark job and one mapped task per table, each from one "
+        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into the chosen "
+        f"destinations (param `destinations`; default all: {_destinations_md(config)}), one Spark job "
+        "and one mapped task per table, each from one "
         "exported snapshot, and hands each table off to the stream exactly (SyncDone, then Ready at "
         "the next cdc run). The other tables keep their phase and keep streaming.\n\n"
         "Param `mode`: `rebaseline` (also the first baseline after setup) copies whole tables again; "
@@ -173,11 +174,10 @@ def baseline_dag(config: PipelineConfig) -> DAG:
             return dag_params.chosen_tables(config, get_current_context()["params"])["backfill"]
 
         kwargs = config.baseline_kwargs(config.tables[0], rebaseline=True)
-        del kwargs["table"]
+        del kwargs["table"], kwargs["destinations"]  # per mapped task: the trigger form's choice
         rebaselines = choose_tables()
-        PgBaselineOperator.partial(task_id="baseline", map_index_template=_TABLE_NAME, **kwargs).expand(
-            table=rebaselines
-        )
+        baseline = PgBaselineOperator.partial(task_id="baseline", map_index_template=_TABLE_NAME, **kwargs)
+        baseline.expand_kwargs(rebaselines)
         del kwargs["rebaseline"]
         kwargs["destinations"] = config.backfill_destinations()
         backfills = choose_backfills()
@@ -196,8 +196,8 @@ def cdc_dag(config: PipelineConfig) -> DAG:
         f"changelog into {_destinations_md(config)} and emits an asset event for each destination "
         f"table with applied changes (`pgsync://{config.name}/<destination>/<schema>.<table>`, "
         "through the asset alias `pgsync_<pipeline>_<destination>`).\n\n"
-        "Apply is one task for all destinations: a table's phase is shared by its destinations, so "
-        "its move from SyncDone to Ready must wait for every destination."
+        "Each destination has its own phase per table: one that fails stops alone, and `apply` "
+        "fails at its end naming every table Errored in a destination (so alerting fires)."
     )
     with _dag(config, "cdc", doc, schedule=config.schedules.cdc, max_active_runs=1) as dag:
         capture = PgCaptureOperator(task_id="capture", **config.capture_kwargs())

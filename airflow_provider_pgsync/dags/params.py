@@ -18,9 +18,10 @@ MODES = ("rebaseline", "backfill")
 
 
 def baseline_params(config: PipelineConfig) -> dict[str, Param]:
-    """``tables`` (a multi-select of the config's tables, default all), ``mode`` and
-    ``backfill_filter``."""
+    """``tables`` (a multi-select of the config's tables, default all), ``destinations`` (a
+    multi-select of its destinations, default all), ``mode`` and ``backfill_filter``."""
     keys = list(config.table_keys)
+    names = [d.name for d in config.destinations]
     return {
         "tables": Param(
             keys,
@@ -31,6 +32,19 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
             minItems=1,
             title="Tables",
             description="The tables to baseline (default: all of the pipeline's tables).",
+        ),
+        "destinations": Param(
+            names,
+            type="array",
+            items={"type": "string", "enum": names},
+            examples=names,
+            uniqueItems=True,
+            minItems=1,
+            title="Destinations",
+            description=(
+                "rebaseline only: the destinations to copy the tables into (default: all of them); "
+                "the tables keep streaming into the others."
+            ),
         ),
         "mode": Param(
             MODES[0],
@@ -57,10 +71,10 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
 
 
 def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The work the baseline run is asked for: ``rebaseline``, the tables as
-    ``PgBaselineOperator`` takes them, and ``backfill``, ``PgBackfillOperator`` arguments per
-    table (config order); one of them is empty. ConfigError naming the param for a value that
-    cannot be run."""
+    """The work the baseline run is asked for: ``rebaseline``, ``PgBaselineOperator`` arguments
+    per table (``table`` and the chosen ``destinations``), and ``backfill``,
+    ``PgBackfillOperator`` arguments per table (config order); one of them is empty.
+    ConfigError naming the param for a value that cannot be run."""
     mode = params.get("mode", MODES[0])
     if mode not in MODES:
         raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {mode!r}")
@@ -95,8 +109,29 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     wanted = {config.table(t).key for t in asked}
     entries = [t.to_entry() for t in config.tables if t.key in wanted]
     if mode == "rebaseline":
-        return {"rebaseline": entries, "backfill": []}
+        destinations = chosen_destinations(config, params)
+        return {"rebaseline": [{"table": e, "destinations": destinations} for e in entries], "backfill": []}
     return {"rebaseline": [], "backfill": [{"table": e, "backfill_filter": condition} for e in entries]}
+
+
+def chosen_destinations(config: PipelineConfig, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The configs of the destinations param ``destinations`` names (default: all), config order."""
+    names = [d.name for d in config.destinations]
+    asked = params.get("destinations")
+    if asked is None:
+        asked = names
+    if isinstance(asked, str) or not isinstance(asked, Sequence) or not asked:
+        raise ConfigError(
+            f"param 'destinations' must be a non-empty list of the pipeline's destinations "
+            f"({', '.join(names)}), not {asked!r}"
+        )
+    unknown = [d for d in asked if d not in names]
+    if unknown:
+        raise ConfigError(
+            f"param 'destinations': pipeline {config.name!r} has no destination "
+            f"{', '.join(map(repr, unknown))}; its destinations: {', '.join(names)}"
+        )
+    return [d.to_mapping() for d in config.destinations if d.name in asked]
 
 
 def _known(config: PipelineConfig, table: str) -> bool:

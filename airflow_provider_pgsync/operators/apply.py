@@ -13,10 +13,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
 from airflow_provider_pgsync.changelog.retention import segments_done_with
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
-from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
-from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.protocol import Destination
+from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
 from airflow_provider_pgsync.errors import (
     ApplyFailedError,
     ConfigError,
@@ -31,16 +28,6 @@ from airflow_provider_pgsync.state.phases import DataSync, Errored
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
 log = logging.getLogger(__name__)
-
-
-def open_destination(config: Mapping[str, Any]) -> Destination:
-    """The destination a pipeline config entry describes (``kind``: ``lake`` or ``postgres``)."""
-    kind = config.get("kind", "lake")
-    if kind == "postgres":
-        return PostgresDestination.from_config(config)
-    if kind == "lake":
-        return LakeChanges.from_config(dict(config))
-    raise ConfigError(f"destination kind {kind!r} is unknown; use 'lake' or 'postgres'")
 
 
 class PgApplyOperator(BaseOperator):
@@ -122,7 +109,7 @@ class PgApplyOperator(BaseOperator):
             self._discard_backfills(run, state)
             if self.retention is not None:
                 saved = self._prune(store, saved, run.changelog, self.retention)
-        failures = run.unavailable + _errored(saved, [_destination_name(c) for c in self.destinations])
+        failures = run.unavailable + _errored(saved, [destination_name(c) for c in self.destinations])
         if failures:
             raise ApplyFailedError(
                 f"apply of pipeline {self.pipeline!r} left {len(failures)} table(s) not applied "
@@ -141,7 +128,7 @@ class PgApplyOperator(BaseOperator):
     def _find_dead_baselines(self, hook: PgReplicationHook, run: _Run, state: PipelineState) -> None:
         """A destination in DataSync whose baseline no longer runs (its task was killed, or the
         source or the state store was down when it failed) goes Errored with the remedy."""
-        names = [_destination_name(c) for c in self.destinations]
+        names = [destination_name(c) for c in self.destinations]
         for key, table_state in state.tables.items():
             for name in names:
                 held = table_state.destination(name)
@@ -164,7 +151,7 @@ class PgApplyOperator(BaseOperator):
     def _apply_destination(self, run: _Run, state: PipelineState, config: Mapping[str, Any]) -> None:
         """Every table into one destination; a destination that cannot be reached is noted and
         skipped (its phases stay), one that refuses a table leaves that table Errored in it."""
-        name = _destination_name(config)
+        name = destination_name(config)
         try:
             destination = open_destination(config)
         except DestinationUnavailableError as exc:
@@ -218,7 +205,7 @@ class PgApplyOperator(BaseOperator):
         """Delete the segments every destination is done with and that are older than
         ``retention``: first from the state (a crash then leaves unlisted files, never a listed
         segment without its file), then their files."""
-        names = [_destination_name(c) for c in self.destinations]
+        names = [destination_name(c) for c in self.destinations]
         created = changelog.created_at(s.path for s in state.segments)
         gone = segments_done_with(
             state, names, now=datetime.now(UTC), retention=retention, created_at=created
@@ -243,7 +230,7 @@ class PgApplyOperator(BaseOperator):
     def _discard_backfills(self, run: _Run, state: PipelineState) -> None:
         """Staged rows a destination has taken are not needed again."""
         for config in self.destinations:
-            if not any(_destination_name(config) in names for names in run.backfilled.values()):
+            if not any(destination_name(config) in names for names in run.backfilled.values()):
                 continue
             destination = open_destination(config)
             try:
@@ -304,13 +291,6 @@ def _errored(state: PipelineState, names: list[str]) -> list[str]:
                     f" (retry: {phase.retry})"
                 )
     return found
-
-
-def _destination_name(config: Mapping[str, Any]) -> str:
-    """The name a destination config gives its destination (as the destination's ``name``)."""
-    if config.get("kind", "lake") == "postgres":
-        return str(config.get("name", "postgres"))
-    return lake_name(LakeDestination.from_config(dict(config)))
 
 
 def _mark_text(key: tuple[int, int] | None) -> str | None:

@@ -17,6 +17,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from psycopg import sql
 
+from airflow_provider_pgsync.baseline import moves
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import (
     PASSWORD_ENV,
@@ -24,6 +25,7 @@ from airflow_provider_pgsync.baseline.spec import (
     BaselineResult,
     dest_password_env,
 )
+from airflow_provider_pgsync.destinations.configs import destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
@@ -35,9 +37,7 @@ from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.state.model import (
     ColumnInfo,
-    DataSync,
     Errored,
-    Init,
     PipelineState,
     SyncDone,
     table_key,
@@ -141,37 +141,58 @@ class PgBaselineOperator(BaseOperator):
         )
         ti = context.get("ti")
         restart = self.rebaseline or getattr(ti, "try_number", 1) > 1
-        update_state(store, self.pipeline, lambda s: _start(s, key, restart=restart))
-        try:
-            with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
-                self.log.info(
-                    "baseline %s: snapshot %s (xmin %d, xmax %d, %d in progress) at %s",
-                    key,
-                    snapshot.snapshot,
-                    snapshot.xmin,
-                    snapshot.xmax,
-                    len(snapshot.xip),
-                    snapshot.baseline_lsn,
-                )
-                spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
-                spec = self._prepare_replicas(conn, spec_table, spec)
-                result = self._run_job(spec)
-            self._finish_replicas(result)
-        except Exception as exc:
-            self._discard_replicas()
-            self._fail(store, key, exc)
-            raise
-        if not result.ok:
-            error = BaselineError(f"baseline of {key} failed in Spark: {result.error}")
-            self._fail(store, key, error)
-            raise error
-        done = SyncDone(snapshot.snapshot, snapshot.baseline_lsn, snapshot.xmin, snapshot.xmax, snapshot.xip)
-        update_state(store, self.pipeline, lambda s: s.with_table_phase(key, done))
+        names = [destination_name(d) for d in self.destinations]
+        holder = f"pgsync baseline {self.pipeline} {key} {lineage}"
+        # held from before DataSync until its outcome is recorded: apply tells a dead baseline by it
+        with hook.baseline_lock(self.pipeline, key, lineage, holder):
+            update_state(
+                store, self.pipeline, lambda s: moves.started(s, key, names, lineage, restart=restart)
+            )
+            self.log.info("baseline %s: %s in DataSync under lineage %s", key, ", ".join(names), lineage)
+            try:
+                with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
+                    self.log.info(
+                        "baseline %s: snapshot %s (xmin %d, xmax %d, %d in progress) at %s",
+                        key,
+                        snapshot.snapshot,
+                        snapshot.xmin,
+                        snapshot.xmax,
+                        len(snapshot.xip),
+                        snapshot.baseline_lsn,
+                    )
+                    columns = column_infos(conn, spec_table.table, spec_table.columns)
+                    spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
+                    spec = self._prepare_replicas(conn, spec_table, spec)
+                    result = self._run_job(spec)
+                self._finish_replicas(result)
+            except Exception as exc:
+                self._discard_replicas()
+                self._fail(store, key, names, lineage, exc)
+                raise
+            if not result.ok:
+                error = BaselineError(f"baseline of {key} failed in Spark: {result.error}")
+                self._fail(store, key, names, lineage, error)
+                raise error
+            done = SyncDone(
+                snapshot.snapshot,
+                snapshot.baseline_lsn,
+                snapshot.xmin,
+                snapshot.xmax,
+                snapshot.xip,
+                lineage=lineage,
+            )
+
+            def finish(state: PipelineState) -> PipelineState:
+                version = moves.copied_version(state.table(key), columns)
+                return moves.finished(state, key, names, dataclasses.replace(done, schema_version=version))
+
+            update_state(store, self.pipeline, finish)
         self.log.info(
-            "baseline %s: %s rows written, table SyncDone at %s",
+            "baseline %s: %s rows written, SyncDone at %s in %s (Ready once apply passes it)",
             key,
             f"{result.rows:,}",
             snapshot.baseline_lsn,
+            ", ".join(names),
         )
         return {
             "table": key,
@@ -373,7 +394,10 @@ class PgBaselineOperator(BaseOperator):
                     "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
                 )
 
-    def _fail(self, store: StateStore, key: str, exc: BaseException) -> None:
+    def _fail(self, store: StateStore, key: str, names: list[str], lineage: str, exc: BaseException) -> None:
+        """Each destination of this baseline Errored with the cause (a destination moved on
+        meanwhile keeps its phase); when the state store cannot be reached, apply records it
+        later (the baseline's lock is gone then)."""
         reason = str(exc) if isinstance(exc, PgSyncError) else f"{type(exc).__name__}: {exc}"
         errored = Errored(
             reason=reason[:2000],
@@ -384,17 +408,9 @@ class PgBaselineOperator(BaseOperator):
             retry="manual",
         )
         try:
-            update_state(store, self.pipeline, lambda s: s.with_table_phase(key, errored))
-        except PgSyncError as state_error:
+            update_state(store, self.pipeline, lambda s: moves.failed(s, key, names, lineage, errored))
+        except Exception as state_error:
             self.log.error("baseline %s: could not record Errored: %s", key, state_error)
-
-
-def _start(state: PipelineState, key: str, *, restart: bool) -> PipelineState:
-    """Move the table to DataSync; through Init first when it is new or ``restart`` is asked."""
-    current = state.tables.get(key)
-    if current is None or (restart and current.phase.kind != "Init"):
-        state = state.with_table_phase(key, Init())
-    return state.with_table_phase(key, DataSync())
 
 
 @dataclass

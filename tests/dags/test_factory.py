@@ -116,11 +116,11 @@ def test_the_mapped_baseline_gets_the_configs_baseline_arguments() -> None:
     )
     mapped: Any = build_dags(config)["pgsync_shop_baseline"].get_task("baseline")
     expected = config.baseline_kwargs("orders", rebaseline=True)
-    del expected["table"]
+    del expected["table"], expected["destinations"]  # both mapped: the trigger form chooses them
     partial = mapped.partial_kwargs
     for key, value in expected.items():
         assert partial[key] == value, key
-    assert partial["rebaseline"] is True and "table" in mapped.expand_input.value
+    assert partial["rebaseline"] is True and "destinations" not in partial
 
 
 def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() -> None:
@@ -134,8 +134,8 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
     dags = build_dags(config)
     assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_teardown"}
     assert "trigger_baseline" in _tasks(dags["pgsync_crm_setup"])
-    baseline: Any = dags["pgsync_crm_baseline"].get_task("baseline")
-    assert baseline.partial_kwargs["destinations"] == [d.to_mapping() for d in config.destinations]
+    [chosen] = chosen_tables(config, {})["rebaseline"]
+    assert chosen["destinations"] == [d.to_mapping() for d in config.destinations]
     backfill: Any = dags["pgsync_crm_baseline"].get_task("backfill")
     assert backfill.partial_kwargs["destinations"] == []
     with pytest.raises(ConfigError, match=r"no lake destination.*rebaseline"):
@@ -167,9 +167,30 @@ CONFIG = PipelineConfig.from_mapping(
 
 def test_chosen_tables_keep_config_order_and_entries() -> None:
     entries = ["public.orders", {"table": "public.customers", "columns": ["id", "name"]}]
+    every = [d.to_mapping() for d in CONFIG.destinations]
     chosen = chosen_tables(CONFIG, {"tables": ["public.customers", "orders"], "mode": "rebaseline"})
-    assert chosen == {"rebaseline": entries, "backfill": []}
-    assert chosen_tables(CONFIG, {}) == {"rebaseline": entries, "backfill": []}
+    expected = [{"table": e, "destinations": every} for e in entries]
+    assert chosen == {"rebaseline": expected, "backfill": []}
+    assert chosen_tables(CONFIG, {}) == {"rebaseline": expected, "backfill": []}
+
+
+def test_a_rebaseline_into_chosen_destinations_only() -> None:
+    config = PipelineConfig.from_mapping(
+        {
+            **MINIMAL,
+            "tables": ["orders"],
+            "destinations": [
+                {"kind": "lake"},
+                {"kind": "postgres", "conn_id": "replica_db", "name": "replica"},
+            ],
+        }
+    )
+    [chosen] = chosen_tables(config, {"destinations": ["replica"]})["rebaseline"]
+    assert chosen["destinations"] == [config.destinations[1].to_mapping()]
+    with pytest.raises(ConfigError, match=r"param 'destinations': pipeline 'shop' has no destination 'lak'"):
+        chosen_tables(config, {"destinations": ["lak"]})
+    with pytest.raises(ConfigError, match=r"param 'destinations' must be a non-empty list.*lake, replica"):
+        chosen_tables(config, {"destinations": []})
 
 
 def test_a_backfill_gets_each_table_with_the_filter() -> None:
