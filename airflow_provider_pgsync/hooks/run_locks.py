@@ -8,6 +8,7 @@ so a second run can name the first.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,7 +22,7 @@ BASELINE_LOCK_CLASS = 0x70677362  # 'pgsb': held by a running baseline (per pipe
 
 def baseline_lock_key(pipeline: str, table: str, lineage: str) -> str:
     """The key of the lock a baseline of ``table`` under ``lineage`` holds while it runs."""
-    return f"{pipeline}\0{table}\0{lineage}"
+    return json.dumps([pipeline, table, lineage])  # unambiguous whatever the names hold
 
 
 def lock_is_held(conn: psycopg.Connection[Any], lock_class: int, key: str) -> bool:

@@ -13,7 +13,6 @@ from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.conftest import replica  # noqa: F401 (the fixture)
 from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, RunDag
@@ -21,7 +20,7 @@ from tests.conftest import Database, RunDag
 
 def test_capture_then_apply_in_a_dag_run(
     database: Database,
-    replica: Database,  # noqa: F811
+    replica: Database,
     make_pipeline: MakePipeline,  # noqa: F811
     run_dag: RunDag,
     source_conn_id: str,
