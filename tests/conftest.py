@@ -127,6 +127,27 @@ def replica(pg_cluster: Cluster) -> Iterator[Database]:
         pg_cluster.drop_database(name)
 
 
+MakeReplica = Callable[[str], Database]
+
+
+@pytest.fixture
+def make_replica(pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[MakeReplica]:
+    """``make_replica(name)``: a new database in the test cluster for a PostgreSQL destination,
+    reachable as Airflow connection ``pgsync_<name>``; dropped after the test."""
+    made: list[str] = []
+
+    def make(name: str) -> Database:
+        db = Database(pg_cluster, f"r_{name}_{uuid.uuid4().hex[:8]}")
+        pg_cluster.create_database(db.name)
+        made.append(db.name)
+        monkeypatch.setenv(f"AIRFLOW_CONN_PGSYNC_{name.upper()}", pg_cluster.url(db.name, with_password=True))
+        return db
+
+    yield make
+    for name in made:
+        pg_cluster.drop_database(name)
+
+
 @pytest.fixture
 def source_conn_id(database: Database, monkeypatch: pytest.MonkeyPatch) -> str:
     """An Airflow connection id (through AIRFLOW_CONN_*) pointing at the test database."""

@@ -246,6 +246,11 @@ class Changelog:
                     f"cannot delete changelog segment {path} under {self.uri}: {exc}"
                 ) from exc
 
+    def size(self, paths: Iterable[str]) -> int:
+        """The bytes the segments at ``paths`` take (missing ones count nothing)."""
+        infos = self.filesystem.get_file_info([self._abs(p) for p in paths])
+        return sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
+
     def created_at(self, paths: Iterable[str]) -> dict[str, datetime]:
         """Modification times (UTC) of the segments that exist, by relative path."""
         paths = list(paths)

@@ -24,7 +24,7 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.phases import DataSync, Errored
+from airflow_provider_pgsync.state.phases import DataSync, Errored, TablePhase
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,8 @@ class PgApplyOperator(BaseOperator):
                     previous="DataSync",
                 )
                 self.log.error("apply: table %s in destination %s: %s", key, name, errored.reason)
-                run.decisions.append((key, name, held.lineage, TableApplied(key, 0, 0, None, errored)))
+                decision = TableApplied(key, 0, 0, None, errored)
+                run.decisions.append((key, name, held.lineage, held.phase, decision))
 
     def _apply_destination(self, run: _Run, state: PipelineState, config: Mapping[str, Any]) -> None:
         """Every table into one destination; a destination that cannot be reached is noted and
@@ -160,7 +161,7 @@ class PgApplyOperator(BaseOperator):
             return
         try:
             for key, table_state in state.tables.items():
-                lineage = table_state.destination(destination.name).lineage
+                held = table_state.destination(destination.name)
                 try:
                     result = apply_table(
                         run.changelog,
@@ -177,7 +178,7 @@ class PgApplyOperator(BaseOperator):
                     self.log.error("apply %s -> %s: %s", key, destination.name, exc)
                     return  # the destination is gone for now: its other tables wait for the retry
                 run.results.setdefault(key, []).append((destination.name, result))
-                run.decisions.append((key, destination.name, lineage, result))
+                run.decisions.append((key, destination.name, held.lineage, held.phase, result))
                 self.log.info(
                     "apply %s -> %s: %s changes applied, %s already in the base, watermark %s, %s",
                     key,
@@ -245,12 +246,12 @@ class PgApplyOperator(BaseOperator):
 @dataclass
 class _Run:
     """What one apply run found: per table the result in each destination, the decisions to
-    record (table, destination, the lineage each was decided for, result), watermarks,
+    record (table, destination, the lineage and phase each was decided from, result), watermarks,
     backfills taken, and the destinations it could not reach."""
 
     changelog: Changelog
     results: dict[str, list[tuple[str, TableApplied]]] = field(default_factory=dict)
-    decisions: list[tuple[str, str, str, TableApplied]] = field(default_factory=list)
+    decisions: list[tuple[str, str, str, TablePhase, TableApplied]] = field(default_factory=list)
     watermarks: dict[str, str] = field(default_factory=dict)
     backfilled: dict[str, list[str]] = field(default_factory=dict)
     backfill_ids: dict[str, str] = field(default_factory=dict)
@@ -259,12 +260,12 @@ class _Run:
     def record(self, current: PipelineState) -> PipelineState:
         """The decisions on ``current``: each phase move a compare-and-set on the lineage it was
         decided for (a rebaseline that started meanwhile wins; the decision is dropped)."""
-        for key, name, lineage, result in self.decisions:
+        for key, name, lineage, before, result in self.decisions:
             if key not in current.tables:
                 continue
             current = current.with_destination_watermark(key, name, _mark_text(result.watermark))
             have = current.tables[key].destination(name)
-            if have.phase == result.phase or (
+            if result.phase == before or have.phase == result.phase or (
                 isinstance(have.phase, Errored) and isinstance(result.phase, Errored)
             ):
                 continue  # unchanged (an Errored destination that failed again stays as it was)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput.lsn import LSN
@@ -133,6 +134,12 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
     if not runs and meta is not None:
         note = f"no capture run of DAG {dag} returned a value yet"
     shown = state or PipelineState(config.name)
+    retained = _guard(
+        problems,
+        f"changelog of pipeline {config.name} ({config.changelog_uri})",
+        lambda: Changelog(config.changelog_uri).size(s.path for s in shown.segments),
+        "check that the changelog's storage can be read from the API server",
+    )
     return PipelineStatus(
         name=config.name,
         slot_name=config.slot_name,
@@ -148,6 +155,8 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
         history=history,
         history_note=note,
         problems=tuple(problems),
+        changelog_segments=len(shown.segments),
+        changelog_bytes=retained,
     )
 
 

@@ -3,22 +3,22 @@ what every destination is done with on real servers, keeping what a stopped one 
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_pgsync.changelog.retention import segments_done_with, watermark_lsn
+from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from pgcluster import Cluster
 from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
-from tests.conftest import Database
+from tests.conftest import Database, MakeReplica
 
 T = "public.t"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -88,16 +88,8 @@ def test_watermark_text() -> None:
 
 
 @pytest.fixture
-def replicas(pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Any:
-    made = []
-    for name in ("fast", "slow"):
-        db = Database(pg_cluster, f"r_{name}_{uuid.uuid4().hex[:8]}")
-        pg_cluster.create_database(db.name)
-        monkeypatch.setenv(f"AIRFLOW_CONN_PGSYNC_{name.upper()}", pg_cluster.url(db.name, with_password=True))
-        made.append(db)
-    yield made
-    for db in made:
-        pg_cluster.drop_database(db.name)
+def replicas(make_replica: MakeReplica) -> list[Database]:
+    return [make_replica("fast"), make_replica("slow")]
 
 
 def _apply(pipeline: Pipeline, source_conn_id: str, names: list[str]) -> None:
@@ -114,8 +106,6 @@ def _apply(pipeline: Pipeline, source_conn_id: str, names: list[str]) -> None:
 
 
 def _segment_files(pipeline: Pipeline) -> set[str]:
-    from pathlib import Path
-
     root = Path(pipeline.settings.changelog_uri)
     return {str(p.relative_to(root)) for p in root.rglob("*.parquet")}
 
@@ -156,6 +146,9 @@ def test_a_stopped_destination_keeps_what_it_needs_and_the_state_stays_flat(
         _apply(pipeline, source_conn_id, ["fast"])
     kept = pipeline.state().segments
     assert len(kept) >= 10 and {s.path for s in kept} <= _segment_files(pipeline)
+    root = Path(pipeline.settings.changelog_uri)
+    retained = Changelog(pipeline.settings.changelog_uri).size(s.path for s in kept)
+    assert retained == sum((root / s.path).stat().st_size for s in kept) > 0  # the status page's figure
     assert rows(fast, T) == rows(database, T)
 
     _apply(pipeline, source_conn_id, ["fast", "slow"])  # it catches up: everything it needed was there

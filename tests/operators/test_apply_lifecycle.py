@@ -6,7 +6,6 @@ from its watermark, and two applies never overlap."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -21,28 +20,17 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from pgcluster import Cluster
 from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
-from tests.conftest import Database, RunDag
+from tests.conftest import Database, MakeReplica, RunDag
 
 TABLE = "public.items"
 
 
 @pytest.fixture
-def two_replicas(pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Database, Database]]:
-    """Two new databases as destinations ``good`` and ``picky`` (Airflow connections pgsync_good/_picky)."""
-    made = []
-    for name in ("good", "picky"):
-        db = Database(pg_cluster, f"r_{name}_{uuid.uuid4().hex[:8]}")
-        pg_cluster.create_database(db.name)
-        monkeypatch.setenv(f"AIRFLOW_CONN_PGSYNC_{name.upper()}", pg_cluster.url(db.name, with_password=True))
-        made.append(db)
-    try:
-        yield made[0], made[1]
-    finally:
-        for db in made:
-            pg_cluster.drop_database(db.name)
+def two_replicas(make_replica: MakeReplica) -> tuple[Database, Database]:
+    """Destinations ``good`` and ``picky`` (Airflow connections pgsync_good and pgsync_picky)."""
+    return make_replica("good"), make_replica("picky")
 
 
 DESTINATIONS = [
@@ -218,7 +206,7 @@ def test_a_ready_decided_for_an_old_baseline_is_dropped_when_a_rebaseline_starte
     state = state.with_destination_phase(TABLE, "lake", DataSync("L1"))
     state = state.with_destination_phase(TABLE, "lake", done)
     run = _Run(changelog=None)  # type: ignore[arg-type]
-    run.decisions.append((TABLE, "lake", "L1", TableApplied(TABLE, 5, 0, (200, 1), Ready())))
+    run.decisions.append((TABLE, "lake", "L1", done, TableApplied(TABLE, 5, 0, (200, 1), Ready())))
     rebaselined = state.with_destination_phase(TABLE, "lake", Init()).with_destination_phase(
         TABLE, "lake", DataSync("L2")
     )

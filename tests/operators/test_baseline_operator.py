@@ -194,7 +194,7 @@ def test_baseline_in_a_dag_run(
         + re.escape(BASE_TABLE),
         log,
     )
-    assert "baseline public.items: 1,000 rows written, table SyncDone at " + result["baseline_lsn"] in log
+    assert f"baseline public.items: 1,000 rows written, SyncDone at {result['baseline_lsn']} in lake" in log
     password = dev_password()
     assert password and hook.connection.password == password
     submit = [line for line in log.splitlines() if "Spark-Submit cmd" in line]
