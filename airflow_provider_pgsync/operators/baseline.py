@@ -349,12 +349,12 @@ class PgBaselineOperator(BaseOperator):
         for config in configs:
             destination = open_custom(config)
             started = time.monotonic()
+            batches = text_batches(conn, table, columns)
             try:
                 destination.open_table(table.table, columns, 0)
-                count = destination.load_baseline(
-                    table.table, columns, text_batches(conn, table, columns), lineage
-                )
+                count = destination.load_baseline(table.table, columns, batches, lineage)
             finally:
+                batches.close()  # a COPY left part way is cancelled: the snapshot can be released
                 destination.close()
             self.log.info(
                 "baseline %s: %s rows loaded into destination %s in %.1f s",
