@@ -12,7 +12,7 @@ loaded as text; rows are handed on in batches of ``chunk_rows``, so memory stays
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import psycopg
@@ -46,7 +46,7 @@ def text_batches(
     columns: Sequence[ColumnInfo],
     *,
     chunk_rows: int = CHUNK_ROWS,
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """The table's rows in ``conn``'s open transaction (the baseline's snapshot) as record
     batches of string columns named after ``columns``, at most ``chunk_rows`` rows each."""
     if conn.autocommit:
