@@ -21,7 +21,7 @@ from airflow_provider_pgsync.errors import ConfigError
 KINDS = ("lake", "postgres", "custom")
 
 # a dotted path of Python identifiers with at least a module and a class
-_CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 def destination_kind(config: Mapping[str, Any]) -> str:
@@ -77,7 +77,7 @@ def custom_class(config: Mapping[str, Any]) -> type[Destination]:
     much as the DAG file itself); it must still be a dotted path of Python identifiers.
     """
     path = config.get("class")
-    if not isinstance(path, str) or not _CLASS_PATH.fullmatch(path):
+    if not isinstance(path, str) or not CLASS_PATH.fullmatch(path):
         raise ConfigError(
             f"custom destination config {_shown(config)}: 'class' must be the dotted path of a "
             f"Destination subclass, like 'my_package.my_module.MyDestination', not {path!r}"
