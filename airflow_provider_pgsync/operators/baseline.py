@@ -26,7 +26,7 @@ from airflow_provider_pgsync.baseline.spec import (
     BaselineResult,
     dest_password_env,
 )
-from airflow_provider_pgsync.destinations.configs import destination_name, open_custom
+from airflow_provider_pgsync.destinations.configs import custom_class, destination_name, open_custom
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
@@ -166,6 +166,7 @@ class PgBaselineOperator(BaseOperator):
                         snapshot.baseline_lsn,
                     )
                     columns = column_infos(conn, spec_table.table, spec_table.columns)
+                    self._check_custom()
                     if self._needs_spark():
                         spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
                         spec = self._prepare_replicas(conn, spec_table, spec)
@@ -326,6 +327,12 @@ class PgBaselineOperator(BaseOperator):
             return BaselineResult.from_json(result_path.read_text())
 
     # ---- custom destinations (Destination.load_baseline)
+
+    def _check_custom(self) -> None:
+        """Import each custom destination's class now: a wrong one fails before any Spark job."""
+        for config in self.destinations:
+            if _kind(config) == "custom":
+                custom_class(config)
 
     def _needs_spark(self) -> bool:
         """Whether this run writes a lake or PostgreSQL destination (the Spark job's work)."""

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk import DAG
 
+from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
@@ -263,3 +264,25 @@ def test_a_failing_load_baseline_fails_the_baseline_and_keeps_the_old_table(
     errored = pipeline.state().table(TABLE).destination("broken").phase
     assert isinstance(errored, Errored) and "the disk is full" in errored.reason
     assert sqlite_text(path, TABLE) == []  # open_table made it; the failed load left it so
+
+
+def test_a_custom_class_that_cannot_be_imported_fails_the_baseline_before_any_work(
+    make_pipeline: MakePipeline,  # noqa: F811
+    source_conn_id: str,
+) -> None:
+    pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, note text)"], [TABLE])
+    op = PgBaselineOperator(
+        task_id="baseline",
+        pipeline=pipeline.name,
+        table=TABLE,
+        postgres_conn_id=source_conn_id,
+        destinations=[{"kind": "lake"}, {"kind": "custom", "class": "no_such_pkg.mod.Dest", "name": "gone"}],
+        state_backend="postgres",
+        spark_conn_id="no_spark_here",
+    )
+    with pytest.raises(ConfigError, match=r"cannot import module 'no_such_pkg\.mod'"):
+        op.execute({"ti": None})  # type: ignore[typeddict-item]
+    table = pipeline.state().table(TABLE)
+    for name in ("lake", "gone"):
+        errored = table.destination(name).phase
+        assert isinstance(errored, Errored) and "install the package" in errored.reason
