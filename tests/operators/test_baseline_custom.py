@@ -21,9 +21,10 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.state.phases import Errored, Ready
+from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, RunDag
-from tests.operators.test_baseline_postgres import writer
+from tests.operators.test_baseline_postgres import replica_conn_id, writer  # noqa: F401 (a fixture)
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-destination.md"
 TABLE = "public.items"
@@ -286,3 +287,42 @@ def test_a_custom_class_that_cannot_be_imported_fails_the_baseline_before_any_wo
     for name in ("lake", "gone"):
         errored = table.destination(name).phase
         assert isinstance(errored, Errored) and "install the package" in errored.reason
+
+
+@pytest.mark.slow
+def test_a_replica_and_a_custom_destination_take_one_baseline_from_one_snapshot(
+    database: Database,
+    make_pipeline: MakePipeline,  # noqa: F811
+    run_dag: RunDag,
+    source_conn_id: str,
+    replica: Database,
+    replica_conn_id: str,  # noqa: F811
+    example_module: str,
+    tmp_path: Path,
+) -> None:
+    """One Spark job for the replica; the custom destination loaded after it, in the same snapshot."""
+    pipeline = make_pipeline([*TYPES, *DDL], [TABLE])
+    database.transaction(ITEMS, "ANALYZE items")
+    path = tmp_path / "dest.sqlite"
+    sqlite = {
+        "kind": "custom",
+        "class": f"{example_module}.SqliteDestination",
+        "name": "sqlite",
+        "path": str(path),
+    }
+    postgres = {"kind": "postgres", "conn_id": replica_conn_id, "name": "replica"}
+    with writer(database, "items") as committed:
+        run = run_dag(_dag(pipeline, source_conn_id, [postgres, sqlite]))
+    assert len(committed) > 10, "the writer should commit while the baseline runs"
+    assert _states(run) == {"baseline": "success", "capture": "success", "apply": "success"}
+    database.execute("UPDATE items SET n = n + 1 WHERE id %% 10 = 0")
+    assert (
+        _states(run_dag(_dag(pipeline, source_conn_id, [postgres, sqlite], baseline=False)))["apply"]
+        == "success"
+    )
+
+    assert sqlite_text(path, TABLE) == source_text(database, TABLE)
+    assert rows(replica, TABLE) == rows(database, TABLE)
+    table = pipeline.state().table(TABLE)
+    assert table.destination("sqlite").phase == Ready() == table.destination("replica").phase
+    assert table.destination("sqlite").lineage == table.destination("replica").lineage
