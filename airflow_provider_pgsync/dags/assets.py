@@ -64,6 +64,8 @@ class PgApplyAssetsOperator(PgApplyOperator):
 def _destination_name(config: dict[str, Any]) -> str:
     """A destination config's name, as the pipeline config names it (the key of its watermark)."""
     values = {k: v for k, v in config.items() if k != "kind"}
+    if config.get("kind", "lake") == "custom":
+        return str(config["name"])
     if config.get("kind", "lake") == "postgres":
         return PostgresDestinationConfig(**values).name
     return LakeDestinationConfig(**values).name

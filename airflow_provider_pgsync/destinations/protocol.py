@@ -3,7 +3,10 @@
 Lifecycle of one table in one destination:
 
 1. ``open_table(table, columns, schema_version)``: create what the table needs (idempotent);
-2. the baseline (written by the baseline job for the lake; later issues for the others);
+2. the baseline: written by the baseline's Spark job for the lake and PostgreSQL; a custom
+   destination takes it through ``load_baseline(table, columns, batches, lineage)``: the
+   table's rows in one exported snapshot, as PostgreSQL text, replacing whatever the table
+   held, with no watermark (nothing applied yet) and ``lineage`` recorded, all or nothing;
 3. ``apply(table, changes, upto)``: a batch of changes in ``(commit_lsn, seq)`` order, in the
    changelog's layout (``changelog/schema.py``: ``_op`` I/U/D/T, old keys, unchanged TOAST
    names, values as PostgreSQL text), applied together with the watermark ``upto``: after
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -77,6 +80,28 @@ class Destination(ABC):
         TRUNCATE) over the table's rows, with watermark ``upto``, all or nothing; the number
         of rows written. Destinations that take no backfill keep this default."""
         raise DestinationError(f"destination {self.name} cannot take a backfill; rebaseline {table} instead")
+
+    def load_baseline(
+        self,
+        table: TableRef,
+        columns: Sequence[ColumnInfo],
+        batches: Iterator[pa.RecordBatch],
+        lineage: str,
+    ) -> int:
+        """Replace the table's rows by the rows of ``batches`` (one string column per
+        ``columns``, values as PostgreSQL text, None for NULL: the text apply's changes carry),
+        with no watermark (``watermark(table)`` is None after it) and ``lineage`` recorded
+        (``lineage(table)``), all or nothing: a failure leaves the old rows and watermark. The
+        number of rows written. Called by the baseline while it holds the snapshot open;
+        destinations that take no baseline keep this default."""
+        raise DestinationError(
+            f"destination {self.name} cannot take a baseline of {table}: its class "
+            f"{type(self).__name__} has no load_baseline (docs/writing-a-destination.md)"
+        )
+
+    def lineage(self, table: TableRef) -> str | None:
+        """The lineage of the baseline the destination holds for ``table`` (default None)."""
+        return None
 
     def discard_backfill(self, location: str) -> None:
         """Remove the staged rows at ``location`` (default: nothing to remove)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,11 @@ from airflow_provider_pgsync.baseline.spec import (
     BaselineResult,
     dest_password_env,
 )
-from airflow_provider_pgsync.destinations.configs import destination_name
+from airflow_provider_pgsync.destinations.configs import custom_class, destination_name, open_custom
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
+from airflow_provider_pgsync.hooks.baseline_rows import text_batches
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
@@ -65,7 +67,10 @@ class PgBaselineOperator(BaseOperator):
         PostgreSQL replicas as ``{"kind": "postgres", "conn_id": ..., "name": ...,
         "control_schema": ..., "fillfactor": ...}`` (``PostgresDestination.from_config``):
         the job fills a staging table in each, swapped in once the job has succeeded
-        (``destinations/postgres_baseline.py``). Every destination records this run's
+        (``destinations/postgres_baseline.py``); your own destinations as ``{"kind": "custom",
+        "class": "package.module.Class", "name": ..., **options}``: the operator reads the rows
+        in the snapshot itself and hands them to the class's ``load_baseline`` (no Spark job
+        when the run has only custom destinations). Every destination records this run's
         lineage id (the result's ``lineage``).
     :param target_partition_mb: about how much of the table each Spark partition reads.
     :param copy_path: ``auto`` (default) reads tables whose columns are all numbers, booleans,
@@ -133,7 +138,7 @@ class PgBaselineOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         spec_table = published_table(self.table)
         key = table_key(spec_table.table)
-        lakes = [_lake(d) for d in self.destinations if _kind(d) != "postgres"]
+        lakes = [_lake(d) for d in self.destinations if _kind(d) not in ("postgres", "custom")]
         lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
@@ -161,9 +166,18 @@ class PgBaselineOperator(BaseOperator):
                         snapshot.baseline_lsn,
                     )
                     columns = column_infos(conn, spec_table.table, spec_table.columns)
-                    spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
-                    spec = self._prepare_replicas(conn, spec_table, spec)
-                    result = self._run_job(spec)
+                    self._check_custom()
+                    if self._needs_spark():
+                        spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
+                        spec = self._prepare_replicas(conn, spec_table, spec)
+                        result = self._run_job(spec)
+                    else:
+                        self.log.info(
+                            "baseline %s: no lake or PostgreSQL destination in this run, no Spark job", key
+                        )
+                        result = BaselineResult(ok=True)
+                    if result.ok:  # in the snapshot still: the custom destinations read it here
+                        result = self._load_custom(conn, spec_table, columns, lineage, result)
                 self._finish_replicas(result)
             except Exception as exc:
                 self._discard_replicas()
@@ -312,6 +326,54 @@ class PgBaselineOperator(BaseOperator):
                 )
             return BaselineResult.from_json(result_path.read_text())
 
+    # ---- custom destinations (Destination.load_baseline)
+
+    def _check_custom(self) -> None:
+        """Import each custom destination's class now: a wrong one fails before any Spark job."""
+        for config in self.destinations:
+            if _kind(config) == "custom":
+                custom_class(config)
+
+    def _needs_spark(self) -> bool:
+        """Whether this run writes a lake or PostgreSQL destination (the Spark job's work)."""
+        return any(_kind(d) != "custom" for d in self.destinations)
+
+    def _load_custom(
+        self,
+        conn: Any,
+        table: PublishedTable,
+        columns: list[ColumnInfo],
+        lineage: str,
+        result: BaselineResult,
+    ) -> BaselineResult:
+        """Each custom destination's baseline through ``load_baseline``: the table's rows read
+        here, on the Airflow worker, in the snapshot's transaction ``conn`` (as PostgreSQL
+        text, like capture's changes), one pass per destination; ``result`` with their rows
+        and entries. A destination that fails raises: the whole baseline fails."""
+        configs = [d for d in self.destinations if _kind(d) == "custom"]
+        written = list(result.written)
+        rows = result.rows
+        for config in configs:
+            destination = open_custom(config)
+            started = time.monotonic()
+            batches = text_batches(conn, table, columns)
+            try:
+                destination.open_table(table.table, columns, 0)
+                count = destination.load_baseline(table.table, columns, batches, lineage)
+            finally:
+                batches.close()  # a COPY left part way is cancelled: the snapshot can be released
+                destination.close()
+            self.log.info(
+                "baseline %s: %s rows loaded into destination %s in %.1f s",
+                table.table,
+                f"{count:,}",
+                destination.name,
+                time.monotonic() - started,
+            )
+            written.append({"kind": "custom", "destination": destination.name, "rows": count})
+            rows = rows if self._needs_spark() else count
+        return dataclasses.replace(result, rows=rows, written=tuple(written))
+
     # ---- PostgreSQL destinations (destinations/postgres_baseline.py)
 
     def _prepare_replicas(self, conn: Any, table: PublishedTable, spec: BaselineJobSpec) -> BaselineJobSpec:
@@ -433,7 +495,7 @@ def _lake(config: Mapping[str, Any]) -> LakeDestination:
     kind = config.get("kind", "lake")
     if kind != "lake":
         raise ConfigError(
-            f"destination kind {kind!r} cannot take a baseline yet; "
-            "the baseline writes to 'lake' and 'postgres' destinations"
+            f"destination kind {kind!r} cannot take a baseline; "
+            "the baseline writes to 'lake', 'postgres' and 'custom' destinations"
         )
     return LakeDestination.from_config(dict(config))

@@ -20,6 +20,7 @@ The modules, each using only those above it:
 
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
 from airflow_provider_pgsync.pipeline.destination_configs import (
+    CustomDestinationConfig,
     DestinationConfig,
     LakeDestinationConfig,
     PostgresDestinationConfig,
@@ -47,6 +48,7 @@ __all__ = [
     "BatchLimits",
     "ChangelogConfig",
     "ConfigProblem",
+    "CustomDestinationConfig",
     "DestinationConfig",
     "LakeDestinationConfig",
     "PipelineConfig",

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.destination_configs import (
+    CustomDestinationConfig,
     DestinationConfig,
     LakeDestinationConfig,
     PostgresDestinationConfig,
@@ -115,17 +116,19 @@ class PipelineConfig:
         items = _as_tuple(self.destinations)
         set_field(self, "destinations", items)
         if not items:
-            checks.add("destinations", "no destinations: list at least one (kind: lake or postgres)")
+            checks.add("destinations", "no destinations: list at least one (kind: lake, postgres or custom)")
         seen: dict[str, int] = {}
         for i, destination in enumerate(items):
-            if not isinstance(destination, LakeDestinationConfig | PostgresDestinationConfig):
+            if not isinstance(
+                destination, LakeDestinationConfig | PostgresDestinationConfig | CustomDestinationConfig
+            ):
                 checks.add(f"destinations[{i}]", f"must be a destination config, not {destination!r}")
             elif destination.name in seen:
                 owner = seen[destination.name]
                 checks.add(
                     f"destinations[{i}]",
                     f"destination name {destination.name!r} is taken by destinations[{owner}]; watermarks "
-                    "are kept by name: give each lake its own database, each postgres its own name",
+                    "are kept by name: give each lake its own database, each postgres or custom its own name",
                 )
             else:
                 seen[destination.name] = i

@@ -1,4 +1,4 @@
-"""Where a pipeline's changes go: the configs of the lake and PostgreSQL destinations.
+"""Where a pipeline's changes go: the configs of the lake, PostgreSQL and custom destinations.
 
 ``to_mapping()`` gives a destination's config as the operators take it (the ``from_config``
 of ``destinations/lake.py`` and ``destinations/postgres.py``).
@@ -7,15 +7,17 @@ of ``destinations/lake.py`` and ``destinations/postgres.py``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from airflow_provider_pgsync.destinations.configs import CLASS_PATH
 from airflow_provider_pgsync.destinations.lake import METASTORES, LakeDestination
 from airflow_provider_pgsync.destinations.postgres import DEFAULT_FILLFACTOR
 from airflow_provider_pgsync.pipeline.problems import Checks, choice, is_text, location_problem
 from airflow_provider_pgsync.source.names import TableRef
 
-DESTINATION_KINDS = ("lake", "postgres")
+DESTINATION_KINDS = ("lake", "postgres", "custom")
 
 _LAKE_DATABASE = re.compile(r"[a-z_][a-z0-9_]*")
 
@@ -106,4 +108,43 @@ class PostgresDestinationConfig:
         }
 
 
-DestinationConfig = LakeDestinationConfig | PostgresDestinationConfig
+@dataclass(frozen=True)
+class CustomDestinationConfig:
+    """A destination you wrote: the dotted path of its ``Destination`` subclass, its name (the
+    key of its phases and lineage in the state) and the options it is built with
+    (``Class.from_config(config)`` or ``Class(**options)``, ``destinations/configs.py``).
+
+    The class path is imported where the tasks run, like DAG code: it comes from the
+    pipeline's author and is trusted as much as a DAG file; here it is only checked to be a
+    dotted path of Python identifiers (the DAG processor need not have the package).
+    """
+
+    class_path: str
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "custom"
+
+    def __post_init__(self) -> None:
+        checks = Checks()
+        if not isinstance(self.class_path, str) or not CLASS_PATH.fullmatch(self.class_path):
+            checks.add(
+                "class",
+                f"must be the dotted path of a Destination subclass (package.module.Class), "
+                f"not {self.class_path!r}",
+            )
+        if not is_text(self.name):
+            checks.add("name", f"must be a non-empty name, not {self.name!r}")
+        if not isinstance(self.options, Mapping):
+            checks.add("options", f"must be a mapping, not {self.options!r}")
+        else:
+            for key in self.options:
+                if not isinstance(key, str) or key in ("kind", "class", "name"):
+                    checks.add(str(key), "is not allowed as an option of a custom destination")
+        checks.raise_any("custom destination")
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The destination config the operators take: kind, class, name and the options."""
+        return {"kind": self.kind, "class": self.class_path, "name": self.name, **dict(self.options)}
+
+
+DestinationConfig = LakeDestinationConfig | PostgresDestinationConfig | CustomDestinationConfig

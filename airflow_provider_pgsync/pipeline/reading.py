@@ -28,6 +28,10 @@ A complete file (every key shown; only the first three are required)::
             name: replica               # key of its watermark; default postgres
             control_schema: pgsync
             fillfactor: 70              # 10-100, of the tables it creates; 100 for append-only data
+          # - kind: custom              # a Destination subclass you wrote (docs/writing-a-destination.md)
+          #   class: my_pkg.dest.SqliteDestination   # imported where the tasks run, like DAG code
+          #   name: sqlite              # required: key of its phases, watermark and lineage
+          #   path: /data/shop.sqlite   # any other key: an option of the class
         state:
           backend: postgres             # variables | postgres
           conn_id: control_db           # default: the source connection

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.destination_configs import (
     DESTINATION_KINDS,
+    CustomDestinationConfig,
     DestinationConfig,
     LakeDestinationConfig,
     PostgresDestinationConfig,
@@ -51,6 +52,7 @@ _TABLE_KEYS = {"table": STR, "columns": LIST, "row_filter": STR}
 _DESTINATION_KEYS: dict[str, dict[str, ValueType]] = {
     "lake": {"kind": STR, "warehouse": OPT_STR, "database": STR, "metastore": STR},
     "postgres": {"kind": STR, "conn_id": STR, "name": STR, "control_schema": STR, "fillfactor": INT},
+    "custom": {"kind": STR, "class": STR, "name": STR},  # any other key is an option of the class
 }
 _SECTION_KEYS: dict[str, dict[str, ValueType]] = {
     "state": {"backend": STR, "conn_id": OPT_STR, "schema": STR},
@@ -131,6 +133,8 @@ def read_destination(data: object, path: str, problems: list[ConfigProblem]) -> 
     if problem:
         problems.append(ConfigProblem(join_path(path, "kind") if entry is data else path, f"kind {problem}"))
         return None
+    if kind == "custom":
+        return _read_custom(entry, path, problems)
     postgres = kind == "postgres"
     required = ("conn_id",) if postgres else ()
     values = read_mapping(entry, path, problems, _DESTINATION_KEYS[kind], required=required)
@@ -141,6 +145,31 @@ def read_destination(data: object, path: str, problems: list[ConfigProblem]) -> 
         PostgresDestinationConfig if postgres else LakeDestinationConfig
     )
     return build(factory, path, problems, **values)
+
+
+def _read_custom(
+    entry: Mapping[Any, Any], path: str, problems: list[ConfigProblem]
+) -> DestinationConfig | None:
+    """A custom destination: ``class`` and ``name`` (required), every other key an option."""
+    keys = _DESTINATION_KEYS["custom"]
+    named = {k: v for k, v in entry.items() if k in keys}
+    required = ("class", "name")
+    values = read_mapping(named, path, problems, keys, required=required)
+    if values is None or not _complete(values, required):
+        return None
+    options = {k: v for k, v in entry.items() if k not in keys}
+    for key in options:
+        if not isinstance(key, str):
+            problems.append(ConfigProblem(join_path(path, str(key)), "option names must be strings"))
+            return None
+    return build(
+        CustomDestinationConfig,
+        path,
+        problems,
+        class_path=values["class"],
+        name=values["name"],
+        options=options,
+    )
 
 
 def read_section(key: str, data: object, path: str, problems: list[ConfigProblem]) -> Any:

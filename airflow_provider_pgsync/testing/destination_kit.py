@@ -9,6 +9,10 @@ Use it from your destination's tests (pytest or any runner)::
     changes = [Change("I", {"id": "1", "note": "a"}), Change("U", {"id": "1", "note": "b"})]
     run_lifecycle(my_destination, TableRef("public", "t"), columns, changes, read_rows=my_reader)
 
+A destination that takes a baseline (``Destination.load_baseline``) goes through
+``run_baseline_lifecycle``: a baseline of given rows, changes on top, a failed baseline that
+must change nothing, and a second baseline that replaces everything.
+
 ``read_rows(table)`` returns the destination's rows as dicts of PostgreSQL text (None for
 NULL). Each change is one transaction: ``commit_lsn`` grows by 16 per change, ``seq`` is 1.
 Values are PostgreSQL text, as the changelog holds them.
@@ -16,7 +20,7 @@ Values are PostgreSQL text, as the changelog holds them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -197,3 +201,88 @@ def _compare(actual: list[Row], model: Model, when: str) -> None:
         raise AssertionError(
             f"the destination differs from the model {when}: missing {missing}, extra {extra}"
         )
+
+
+class KitBaselineFailure(Exception):
+    """Raised by the kit inside a baseline's rows to check that a failed baseline changes nothing."""
+
+
+def rows_batches(
+    columns: Sequence[ColumnInfo], rows: Sequence[Mapping[str, str | None]], batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    """``rows`` as the baseline hands them over: batches of string columns named after ``columns``."""
+    schema = pa.schema([pa.field(c.name, pa.string()) for c in columns])
+    for start in range(0, len(rows), batch_size):
+        part = rows[start : start + batch_size]
+        yield pa.RecordBatch.from_pydict(
+            {c.name: [r.get(c.name) for r in part] for c in columns}, schema=schema
+        )
+
+
+def run_baseline_lifecycle(
+    destination: Destination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    rows: Sequence[Mapping[str, str | None]],
+    changes: Sequence[Change],
+    *,
+    read_rows: Callable[[TableRef], list[Row]],
+    second_rows: Sequence[Mapping[str, str | None]] = (),
+    batch_size: int = 4,
+    first_lsn: int = 0x1000000,
+) -> list[Row]:
+    """Open the table, load a baseline of ``rows`` (lineage ``kit-1``, in batches of
+    ``batch_size``) and check the rows, a None watermark and the lineage; apply ``changes``
+    on top and compare with the model; then a baseline that fails part way must leave rows,
+    watermark and lineage as they were; a second baseline of ``second_rows`` (lineage
+    ``kit-2``) replaces everything and resets the watermark. Closes the destination; returns
+    the final rows. Raises AssertionError on a difference."""
+    model = Model(columns)
+    destination.open_table(table, columns, 0)
+    _load(destination, table, columns, rows, "kit-1", batch_size)
+    model.rows = [{c.name: r.get(c.name) for c in columns} for r in rows]
+    _compare(read_rows(table), model, "after the baseline")
+    _apply_all(destination, table, columns, changes, model, batch_size, first_lsn)
+    _compare(read_rows(table), model, "after the changes on top of the baseline")
+
+    watermark = destination.watermark(table)
+
+    def failing() -> Iterator[pa.RecordBatch]:
+        yield from rows_batches(columns, second_rows or rows, max(1, batch_size))
+        raise KitBaselineFailure("the kit stops this baseline part way")
+
+    try:
+        destination.load_baseline(table, columns, failing(), "kit-failed")
+    except KitBaselineFailure:
+        pass
+    else:
+        raise AssertionError("load_baseline returned although its rows raised an error")
+    _compare(read_rows(table), model, "after a failed baseline (it must change nothing)")
+    if destination.watermark(table) != watermark or destination.lineage(table) != "kit-1":
+        raise AssertionError(
+            f"a failed baseline changed the watermark ({destination.watermark(table)}, was {watermark}) "
+            f"or the lineage ({destination.lineage(table)!r}, was 'kit-1')"
+        )
+
+    _load(destination, table, columns, second_rows, "kit-2", batch_size)
+    model.rows = [{c.name: r.get(c.name) for c in columns} for r in second_rows]
+    _compare(read_rows(table), model, "after the second baseline")
+    destination.close()
+    return model.sorted_rows()
+
+
+def _load(
+    destination: Destination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    rows: Sequence[Mapping[str, str | None]],
+    lineage: str,
+    batch_size: int,
+) -> None:
+    written = destination.load_baseline(table, columns, rows_batches(columns, rows, batch_size), lineage)
+    if written != len(rows):
+        raise AssertionError(f"load_baseline wrote {written} rows of {len(rows)}")
+    if destination.watermark(table) is not None:
+        raise AssertionError(f"after a baseline the watermark is {destination.watermark(table)}, not None")
+    if destination.lineage(table) != lineage:
+        raise AssertionError(f"after the baseline {lineage!r} the lineage is {destination.lineage(table)!r}")

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.testing.destination_kit import Change, column, run_lifecycle
+from airflow_provider_pgsync.testing.destination_kit import (
+    Change,
+    column,
+    run_baseline_lifecycle,
+    run_lifecycle,
+)
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-destination.md"
 
@@ -66,3 +71,55 @@ def test_the_example_destination_keeps_toast_and_follows_key_changes(tmp_path: P
         batch_size=batch_size,
     )
     assert rows == [{"id": "9", "v": "after", "doc": None}]
+
+
+def test_the_example_destination_passes_the_baseline_kit(tmp_path: Path) -> None:
+    """The page's baseline block, with its placeholders filled in, runs as written."""
+    path = tmp_path / "dest.sqlite"
+    usage = _blocks()[2].replace("my_destination", "destination").replace("my_reader", "reader")
+    assert "run_baseline_lifecycle" in usage
+    namespace = {"destination": _example()(str(path)), "reader": _reader(path)}
+    exec(compile(usage, str(PAGE), "exec"), namespace)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 50])
+def test_a_rebaseline_replaces_rows_watermark_and_columns(tmp_path: Path, batch_size: int) -> None:
+    path = tmp_path / "dest.sqlite"
+    columns = [column("id", 23, key=True), column("v", 25)]
+    rows = [{"id": str(i), "v": None if i % 3 == 0 else f"v{i}"} for i in range(10)]
+    final = run_baseline_lifecycle(
+        _example()(str(path)),
+        TableRef("public", "t"),
+        columns,
+        rows,
+        [Change("D", {"id": "0"}), Change("U", {"id": "5", "v": "x"}), Change("T"), Change("I", {"id": "1"})],
+        read_rows=_reader(path),
+        second_rows=rows[:4],
+        batch_size=batch_size,
+    )
+    assert sorted(map(str, final)) == sorted(map(str, rows[:4]))
+
+
+def test_the_kit_catches_a_baseline_that_keeps_the_watermark(tmp_path: Path) -> None:
+    """A destination whose load_baseline forgets to clear the watermark fails the kit."""
+    cls = _example()
+
+    class Forgetful(cls):  # type: ignore[misc, valid-type]
+        def load_baseline(self, table, columns, batches, lineage):  # type: ignore[no-untyped-def]
+            mark = self.watermark(table)
+            rows = super().load_baseline(table, columns, batches, lineage)
+            if mark is not None:
+                self.db.execute("INSERT INTO watermarks VALUES (?, ?, ?)", (str(table), *mark))
+            return rows
+
+    path = tmp_path / "dest.sqlite"
+    with pytest.raises(AssertionError, match="watermark"):
+        run_baseline_lifecycle(
+            Forgetful(str(path)),
+            TableRef("public", "t"),
+            [column("id", 23, key=True), column("v", 25)],
+            [{"id": "1", "v": "a"}],
+            [Change("U", {"id": "1", "v": "b"})],
+            read_rows=_reader(path),
+            second_rows=[{"id": "2", "v": "c"}],
+        )

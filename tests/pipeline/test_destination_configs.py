@@ -15,11 +15,12 @@ from airflow_provider_pgsync.destinations.postgres import DEFAULT_FILLFACTOR, Po
 from airflow_provider_pgsync.hooks import replication as replication_module
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
 from airflow_provider_pgsync.pipeline.destination_configs import (
+    CustomDestinationConfig,
     LakeDestinationConfig,
     PostgresDestinationConfig,
 )
 from airflow_provider_pgsync.pipeline.problems import PipelineConfigError
-from tests.pipeline.helpers import MINIMAL
+from tests.pipeline.helpers import MINIMAL, problem
 
 
 def test_lake_destination_names_are_the_names_apply_keeps_watermarks_under(tmp_path: Path) -> None:
@@ -75,3 +76,41 @@ def test_the_postgres_destination_takes_its_config(monkeypatch: pytest.MonkeyPat
     config = PostgresDestinationConfig("replica_db", name="replica", control_schema="ctl", fillfactor=100)
     destination = Recorded.from_config(config.to_mapping())
     assert destination.kwargs == {"name": "replica", "control_schema": "ctl", "fillfactor": 100}
+
+
+CUSTOM = {"kind": "custom", "class": "my_pkg.dest.SqliteDestination", "name": "sqlite", "path": "/data/x.db"}
+
+
+def test_a_custom_destination_round_trips_with_its_options() -> None:
+    config = PipelineConfig.from_mapping({**MINIMAL, "destinations": [CUSTOM, "lake"]})
+    custom = config.destinations[0]
+    assert custom == CustomDestinationConfig(
+        "my_pkg.dest.SqliteDestination", "sqlite", {"path": "/data/x.db"}
+    )
+    assert custom.to_mapping() == CUSTOM
+    assert PipelineConfig.from_mapping(config.to_mapping()) == config
+    assert [d.name for d in config.destinations] == ["sqlite", "lake"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "path", "message"),
+    [
+        ({"kind": "custom", "name": "x"}, "destinations[0].class", "missing (required)"),
+        ({"kind": "custom", "class": "a.B"}, "destinations[0].name", "missing (required)"),
+        ({**CUSTOM, "class": "a..B"}, "destinations[0].class", "must be the dotted path of a Destination"),
+        ({**CUSTOM, "class": "B"}, "destinations[0].class", "must be the dotted path of a Destination"),
+        ({**CUSTOM, "name": ""}, "destinations[0].name", "must be a non-empty name"),
+        ({**CUSTOM, "class": 3}, "destinations[0].class", "must be "),
+    ],
+)
+def test_a_custom_destination_needs_a_class_path_and_a_name(
+    entry: dict[str, object], path: str, message: str
+) -> None:
+    with pytest.raises(PipelineConfigError) as caught:
+        PipelineConfig.from_mapping({**MINIMAL, "destinations": [entry]})
+    assert message in problem(caught.value, path)
+
+
+def test_two_custom_destinations_need_their_own_names() -> None:
+    with pytest.raises(PipelineConfigError, match="destination name 'sqlite' is taken by destinations"):
+        PipelineConfig.from_mapping({**MINIMAL, "destinations": [CUSTOM, {**CUSTOM, "path": "/y"}]})
