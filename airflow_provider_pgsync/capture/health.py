@@ -21,8 +21,8 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
     rebaseline = (
         "run the pipeline's setup DAG (or PgCreateSlotOperator and then its init_tables step): it creates "
         f"slot {slot_name} again where missing, adopts it and sends every table of every destination "
-        "back to baseline, which the setup DAG then triggers; changes from the time the slot was "
-        "missing cannot be recovered otherwise"
+        "back to Init, then triggers their rebaseline; changes from the time the slot was missing "
+        "reach the destinations only through that rebaseline"
     )
     if info is None:
         return SlotProblem(f"replication slot {slot_name} does not exist", rebaseline)
