@@ -18,11 +18,9 @@ from airflow_provider_pgsync.state.phases import (
     DataSync,
     Errored,
     Init,
-    Ready,
     SyncDone,
     TablePhase,
     check_transition,
-    resumes,
 )
 
 __all__ = ["DestinationState", "check_destination_name"]
@@ -64,7 +62,8 @@ class DestinationState:
         for; StaleDecisionError when the destination has moved to another one since.
 
         DataSync starts a new lineage (``phase.lineage``, required); Init forgets the baseline;
-        SyncDone must belong to the current lineage; Errored keeps what the destination holds.
+        SyncDone must belong to the current lineage (also when an Errored one resumes there);
+        Errored and Ready keep what the destination holds.
         """
         if lineage is not None and lineage != self.lineage:
             raise StaleDecisionError(
@@ -86,13 +85,9 @@ class DestinationState:
                     f"but the destination is at baseline {self.lineage or '(none)'} now; nothing was recorded"
                 )
             return replace(self, phase=phase, baseline=phase)
-        if isinstance(phase, Errored):
-            if not phase.previous:
-                phase = replace(phase, previous=self.phase.kind)
-            return replace(self, phase=phase)
-        if resumes(self.phase, phase) and isinstance(phase, SyncDone | Ready):
-            return replace(self, phase=phase if isinstance(phase, Ready) else self.baseline or phase)
-        return replace(self, phase=phase)
+        if isinstance(phase, Errored) and not phase.previous:
+            phase = replace(phase, previous=self.phase.kind)
+        return replace(self, phase=phase)  # Errored, or Ready (from SyncDone, or resumed)
 
     def with_watermark(self, watermark: str | None) -> DestinationState:
         return replace(self, watermark=watermark)
