@@ -265,8 +265,10 @@ class _Run:
                 continue
             current = current.with_destination_watermark(key, name, _mark_text(result.watermark))
             have = current.tables[key].destination(name)
-            if result.phase == before or have.phase == result.phase or (
-                isinstance(have.phase, Errored) and isinstance(result.phase, Errored)
+            if (
+                result.phase == before
+                or have.phase == result.phase
+                or (isinstance(have.phase, Errored) and isinstance(result.phase, Errored))
             ):
                 continue  # unchanged (an Errored destination that failed again stays as it was)
             try:

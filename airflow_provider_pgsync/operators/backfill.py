@@ -21,7 +21,8 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _kind, _lake
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
+from airflow_provider_pgsync.operators.baseline_destinations import destination_kind
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import published_table
@@ -138,9 +139,10 @@ def check_condition(conn: psycopg.Connection[Any], table: TableRef, condition: s
 
 def _backfill_lake(config: Mapping[str, Any]) -> LakeDestination:
     """The lake destination ``config`` describes; ConfigError for other kinds."""
-    if _kind(config) != "lake":
+    kind = destination_kind(config)
+    if kind != "lake":
         raise ConfigError(
-            f"destination {config.get('name', _kind(config))!r} ({_kind(config)}) cannot take a backfill: "
+            f"destination {config.get('name', kind)!r} ({kind}) cannot take a backfill: "
             "a backfill writes lake destinations only; pass only the lake destinations to "
             "PgBackfillOperator, and rebaseline the table to refresh the others"
         )

@@ -9,9 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +22,30 @@ from airflow_provider_pgsync.baseline.spec import (
     PASSWORD_ENV,
     BaselineJobSpec,
     BaselineResult,
-    dest_password_env,
 )
-from airflow_provider_pgsync.destinations.configs import custom_class, destination_name, open_custom
+from airflow_provider_pgsync.destinations.configs import destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
-from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
-from airflow_provider_pgsync.hooks.baseline_rows import text_batches
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.operators.baseline_destinations import (
+    ReplicaBaselines,
+    check_custom,
+    destination_kind,
+    load_custom,
+)
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.state.model import (
-    ColumnInfo,
     Errored,
     PipelineState,
     SyncDone,
     table_key,
 )
 from airflow_provider_pgsync.state.store import StateStore, update_state
-from airflow_provider_pgsync.typemap.spark import ColumnRead, arrow_reads, spark_reads
+from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
 
 JDBC_DRIVER_JAR = "/usr/share/java/postgresql.jar"
 """Where Debian's libpostgresql-jdbc-java puts the driver; the default of ``spark_jars``."""
@@ -132,13 +132,12 @@ class PgBaselineOperator(BaseOperator):
         self.spark_jars = spark_jars
         self.spark_submit_options = dict(spark_submit_options or {})
         self._submit: BaselineSubmitHook | None = None
-        self._replicas: list[_Replica] = []  # this run's PostgreSQL destinations
-        self._passwords: dict[str, str] = {}  # their passwords, by destination name
+        self._replicas = ReplicaBaselines([], self.log)  # this run's PostgreSQL destinations
 
     def execute(self, context: Context) -> dict[str, Any]:
         spec_table = published_table(self.table)
         key = table_key(spec_table.table)
-        lakes = [_lake(d) for d in self.destinations if _kind(d) not in ("postgres", "custom")]
+        lakes = [_lake(d) for d in self.destinations if destination_kind(d) not in ("postgres", "custom")]
         lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
@@ -166,10 +165,12 @@ class PgBaselineOperator(BaseOperator):
                         snapshot.baseline_lsn,
                     )
                     columns = column_infos(conn, spec_table.table, spec_table.columns)
-                    self._check_custom()
-                    if self._needs_spark():
+                    check_custom(self.destinations)
+                    spark = any(destination_kind(d) != "custom" for d in self.destinations)  # lakes, replicas
+                    self._replicas = ReplicaBaselines(self.destinations, self.log)
+                    if spark:
                         spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
-                        spec = self._prepare_replicas(conn, spec_table, spec)
+                        spec = self._replicas.prepare(conn, spec_table, columns, spec)
                         result = self._run_job(spec)
                     else:
                         self.log.info(
@@ -177,10 +178,19 @@ class PgBaselineOperator(BaseOperator):
                         )
                         result = BaselineResult(ok=True)
                     if result.ok:  # in the snapshot still: the custom destinations read it here
-                        result = self._load_custom(conn, spec_table, columns, lineage, result)
-                self._finish_replicas(result)
+                        result = load_custom(
+                            self.destinations,
+                            conn,
+                            spec_table,
+                            columns,
+                            lineage,
+                            result,
+                            self.log,
+                            spark_ran=spark,
+                        )
+                self._replicas.finish(spec_table.table, result)
             except Exception as exc:
-                self._discard_replicas()
+                self._replicas.discard()
                 self._fail(store, key, names, lineage, exc)
                 raise
             if not result.ok:
@@ -290,7 +300,7 @@ class PgBaselineOperator(BaseOperator):
         env = {"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()}
         if password:
             env[PASSWORD_ENV] = password
-        env.update(self._replica_passwords(spec))
+        env.update(self._replicas.passwords(spec))
         conf = {
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
@@ -328,134 +338,6 @@ class PgBaselineOperator(BaseOperator):
 
     # ---- custom destinations (Destination.load_baseline)
 
-    def _check_custom(self) -> None:
-        """Import each custom destination's class now: a wrong one fails before any Spark job."""
-        for config in self.destinations:
-            if _kind(config) == "custom":
-                custom_class(config)
-
-    def _needs_spark(self) -> bool:
-        """Whether this run writes a lake or PostgreSQL destination (the Spark job's work)."""
-        return any(_kind(d) != "custom" for d in self.destinations)
-
-    def _load_custom(
-        self,
-        conn: Any,
-        table: PublishedTable,
-        columns: list[ColumnInfo],
-        lineage: str,
-        result: BaselineResult,
-    ) -> BaselineResult:
-        """Each custom destination's baseline through ``load_baseline``: the table's rows read
-        here, on the Airflow worker, in the snapshot's transaction ``conn`` (as PostgreSQL
-        text, like capture's changes), one pass per destination; ``result`` with their rows
-        and entries. A destination that fails raises: the whole baseline fails."""
-        configs = [d for d in self.destinations if _kind(d) == "custom"]
-        written = list(result.written)
-        rows = result.rows
-        for config in configs:
-            destination = open_custom(config)
-            started = time.monotonic()
-            batches = text_batches(conn, table, columns)
-            try:
-                destination.open_table(table.table, columns, 0)
-                count = destination.load_baseline(table.table, columns, batches, lineage)
-            finally:
-                batches.close()  # a COPY left part way is cancelled: the snapshot can be released
-                destination.close()
-            self.log.info(
-                "baseline %s: %s rows loaded into destination %s in %.1f s",
-                table.table,
-                f"{count:,}",
-                destination.name,
-                time.monotonic() - started,
-            )
-            written.append({"kind": "custom", "destination": destination.name, "rows": count})
-            rows = rows if self._needs_spark() else count
-        return dataclasses.replace(result, rows=rows, written=tuple(written))
-
-    # ---- PostgreSQL destinations (destinations/postgres_baseline.py)
-
-    def _prepare_replicas(self, conn: Any, table: PublishedTable, spec: BaselineJobSpec) -> BaselineJobSpec:
-        """Create each PostgreSQL destination's staging table; ``spec`` with their entries (the
-        Spark job copies into them) and the table's query of its columns as they are."""
-        self._replicas, self._passwords = [], {}
-        configs = [d for d in self.destinations if _kind(d) == "postgres"]
-        if not configs:
-            return spec
-        columns = column_infos(conn, table.table, table.columns)
-        entries = []
-        for config in configs:
-            destination = PostgresDestination.from_config(config)
-            try:
-                staging = destination.prepare_baseline(table.table, columns, spec.lineage)
-                parts = destination.baseline_parts
-            finally:
-                destination.close()
-            self._replicas.append(_Replica(dict(config), destination.name, staging, columns, spec.lineage))
-            hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
-            if hook.connection.password:
-                self._passwords[destination.name] = hook.connection.password
-            self.log.info(
-                "baseline %s: staging table %s in destination %s", table.table, staging, destination.name
-            )
-            entries.append(
-                {
-                    "kind": "postgres",
-                    "name": destination.name,
-                    "conninfo": hook.libpq_target(),
-                    "staging": staging,
-                    "parts": parts,
-                    "columns": [c.name for c in columns],
-                }
-            )
-        as_they_are = [ColumnRead(c.name, "{col}", "native", "string") for c in columns]
-        return dataclasses.replace(
-            spec,
-            destinations=(*spec.destinations, *entries),
-            pg_query=base_query(table, as_they_are).as_string(conn),
-        )
-
-    def _replica_passwords(self, spec: BaselineJobSpec) -> dict[str, str]:
-        """The job's environment variables with the PostgreSQL destinations' passwords."""
-        passwords = self._passwords
-        return {
-            dest_password_env(i): passwords[d["name"]]
-            for i, d in enumerate(spec.destinations)
-            if d.get("kind") == "postgres" and d["name"] in passwords
-        }
-
-    def _finish_replicas(self, result: BaselineResult) -> None:
-        """Swap each PostgreSQL destination's staging table in (a failed job: drop them)."""
-        if not result.ok:
-            self._discard_replicas()
-            return
-        table = published_table(self.table).table
-        for replica in self._replicas:
-            destination = PostgresDestination.from_config(replica.config)
-            try:
-                destination.finish_baseline(table, replica.staging, replica.lineage, replica.columns)
-            finally:
-                destination.close()
-            replica.finished = True
-            self.log.info("baseline %s: swapped into destination %s", table, replica.name)
-
-    def _discard_replicas(self) -> None:
-        """Drop the staging tables not swapped in (after a failure; never raises)."""
-        for replica in self._replicas:
-            if replica.finished:
-                continue
-            try:
-                destination = PostgresDestination.from_config(replica.config)
-                try:
-                    destination.discard_baseline(replica.staging)
-                finally:
-                    destination.close()
-            except Exception as exc:
-                self.log.warning(
-                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
-                )
-
     def _fail(self, store: StateStore, key: str, names: list[str], lineage: str, exc: BaseException) -> None:
         """Each destination of this baseline Errored with the cause (a destination moved on
         meanwhile keeps its phase); when the state store cannot be reached, apply records it
@@ -473,22 +355,6 @@ class PgBaselineOperator(BaseOperator):
             update_state(store, self.pipeline, lambda s: moves.failed(s, key, names, lineage, errored))
         except Exception as state_error:
             self.log.error("baseline %s: could not record Errored: %s", key, state_error)
-
-
-@dataclass
-class _Replica:
-    """A PostgreSQL destination's part of a baseline run: its staging table, whether it is in."""
-
-    config: dict[str, Any]
-    name: str
-    staging: str
-    columns: list[ColumnInfo]
-    lineage: str
-    finished: bool = False
-
-
-def _kind(config: Mapping[str, Any]) -> str:
-    return str(config.get("kind", "lake"))
 
 
 def _lake(config: Mapping[str, Any]) -> LakeDestination:

@@ -1,0 +1,178 @@
+"""The PostgreSQL and custom destinations' part of one baseline run (``PgBaselineOperator``).
+
+PostgreSQL replicas get a staging table before the Spark job, which its tasks fill by
+``COPY`` (``baseline/pg_copy.py``), swapped in after the job or dropped on failure
+(``destinations/postgres_baseline.py``). Custom destinations get the table's rows read here,
+on the Airflow worker, in the snapshot's own transaction, through ``load_baseline``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_pgsync.baseline.plan import base_query
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, dest_password_env
+from airflow_provider_pgsync.destinations.configs import custom_class, open_custom
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.hooks.baseline_rows import text_batches
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.publication import PublishedTable
+from airflow_provider_pgsync.state.model import ColumnInfo
+from airflow_provider_pgsync.typemap.spark import ColumnRead
+
+
+def destination_kind(config: Mapping[str, Any]) -> str:
+    return str(config.get("kind", "lake"))
+
+
+@dataclass
+class _Replica:
+    """A PostgreSQL destination's part of a baseline run: its staging table, whether it is in."""
+
+    config: dict[str, Any]
+    name: str
+    staging: str
+    columns: list[ColumnInfo]
+    lineage: str
+    finished: bool = False
+
+
+class ReplicaBaselines:
+    """The PostgreSQL destinations among ``configs``: prepared, swapped in or discarded."""
+
+    def __init__(self, configs: Sequence[Mapping[str, Any]], log: logging.Logger | Any) -> None:
+        self.configs = [dict(c) for c in configs if destination_kind(c) == "postgres"]
+        self.log = log
+        self._replicas: list[_Replica] = []
+        self._passwords: dict[str, str] = {}  # by destination name
+
+    def prepare(
+        self, conn: Any, table: PublishedTable, columns: list[ColumnInfo], spec: BaselineJobSpec
+    ) -> BaselineJobSpec:
+        """Create each destination's staging table; ``spec`` with their entries (the Spark job
+        copies into them) and the table's query of its columns as they are."""
+        if not self.configs:
+            return spec
+        entries = []
+        for config in self.configs:
+            destination = PostgresDestination.from_config(config)
+            try:
+                staging = destination.prepare_baseline(table.table, columns, spec.lineage)
+                parts = destination.baseline_parts
+            finally:
+                destination.close()
+            self._replicas.append(_Replica(config, destination.name, staging, columns, spec.lineage))
+            hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
+            if hook.connection.password:
+                self._passwords[destination.name] = hook.connection.password
+            self.log.info(
+                "baseline %s: staging table %s in destination %s", table.table, staging, destination.name
+            )
+            entries.append(
+                {
+                    "kind": "postgres",
+                    "name": destination.name,
+                    "conninfo": hook.libpq_target(),
+                    "staging": staging,
+                    "parts": parts,
+                    "columns": [c.name for c in columns],
+                }
+            )
+        as_they_are = [ColumnRead(c.name, "{col}", "native", "string") for c in columns]
+        return dataclasses.replace(
+            spec,
+            destinations=(*spec.destinations, *entries),
+            pg_query=base_query(table, as_they_are).as_string(conn),
+        )
+
+    def passwords(self, spec: BaselineJobSpec) -> dict[str, str]:
+        """The job's environment variables with the destinations' passwords."""
+        return {
+            dest_password_env(i): self._passwords[d["name"]]
+            for i, d in enumerate(spec.destinations)
+            if d.get("kind") == "postgres" and d["name"] in self._passwords
+        }
+
+    def finish(self, table: TableRef, result: BaselineResult) -> None:
+        """Swap each staging table in (a failed job: drop them)."""
+        if not result.ok:
+            self.discard()
+            return
+        for replica in self._replicas:
+            destination = PostgresDestination.from_config(replica.config)
+            try:
+                destination.finish_baseline(table, replica.staging, replica.lineage, replica.columns)
+            finally:
+                destination.close()
+            replica.finished = True
+            self.log.info("baseline %s: swapped into destination %s", table, replica.name)
+
+    def discard(self) -> None:
+        """Drop the staging tables not swapped in (after a failure; never raises)."""
+        for replica in self._replicas:
+            if replica.finished:
+                continue
+            try:
+                destination = PostgresDestination.from_config(replica.config)
+                try:
+                    destination.discard_baseline(replica.staging)
+                finally:
+                    destination.close()
+            except Exception as exc:
+                self.log.warning(
+                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
+                )
+
+
+def check_custom(configs: Sequence[Mapping[str, Any]]) -> None:
+    """Import each custom destination's class now: a wrong one fails before any Spark job."""
+    for config in configs:
+        if destination_kind(config) == "custom":
+            custom_class(config)
+
+
+def load_custom(
+    configs: Sequence[Mapping[str, Any]],
+    conn: Any,
+    table: PublishedTable,
+    columns: list[ColumnInfo],
+    lineage: str,
+    result: BaselineResult,
+    log: logging.Logger | Any,
+    *,
+    spark_ran: bool,
+) -> BaselineResult:
+    """Each custom destination's baseline through ``load_baseline``: the table's rows read in the
+    snapshot's transaction ``conn`` (as PostgreSQL text, like capture's changes), one pass per
+    destination; ``result`` with their rows and entries. A destination that fails raises: the
+    whole baseline fails."""
+    written = list(result.written)
+    rows = result.rows
+    for config in configs:
+        if destination_kind(config) != "custom":
+            continue
+        destination = open_custom(config)
+        started = time.monotonic()
+        batches = text_batches(conn, table, columns)
+        try:
+            destination.open_table(table.table, columns, 0)
+            count = destination.load_baseline(table.table, columns, batches, lineage)
+        finally:
+            batches.close()  # a COPY left part way is cancelled: the snapshot can be released
+            destination.close()
+        log.info(
+            "baseline %s: %s rows loaded into destination %s in %.1f s",
+            table.table,
+            f"{count:,}",
+            destination.name,
+            time.monotonic() - started,
+        )
+        written.append({"kind": "custom", "destination": destination.name, "rows": count})
+        rows = rows if spark_ran else count
+    return dataclasses.replace(result, rows=rows, written=tuple(written))
