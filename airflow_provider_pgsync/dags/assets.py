@@ -17,11 +17,8 @@ from urllib.parse import quote
 
 from airflow.sdk import Asset, AssetAlias, Context
 
+from airflow_provider_pgsync.destinations.configs import destination_name
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
-from airflow_provider_pgsync.pipeline.destination_configs import (
-    LakeDestinationConfig,
-    PostgresDestinationConfig,
-)
 from airflow_provider_pgsync.source.names import TableRef
 
 ASSET_SCHEME = "pgsync"
@@ -42,30 +39,19 @@ def destination_alias(pipeline: str, destination: str) -> AssetAlias:
 
 class PgApplyAssetsOperator(PgApplyOperator):
     """``PgApplyOperator`` that, on success, emits an asset event for each destination table
-    with applied changes (extra: ``applied``, ``phase``), through the aliases in ``outlets``.
-
-    With several destinations the count is the table's total over them (the operator reports
-    per table), so a table that changed is announced for every destination.
-    """
+    with changes applied in it (extra: that destination's ``applied`` count, the table's
+    ``phase``), through the aliases in ``outlets``. A run that fails at its end emits none:
+    Airflow registers the events of successful tasks only."""
 
     def execute(self, context: Context) -> dict[str, Any]:
         result = super().execute(context)
         events = context["outlet_events"]
         for config in self.destinations:
-            name = _destination_name(config)
+            name = destination_name(config)
             alias = destination_alias(self.pipeline, name)
             for table, applied in result.items():
-                if applied["applied"] > 0:
+                count = applied.get("destinations", {}).get(name, 0)
+                if count > 0:
                     asset = table_asset(self.pipeline, name, table)
-                    events[alias].add(asset, extra={"applied": applied["applied"], "phase": applied["phase"]})
+                    events[alias].add(asset, extra={"applied": count, "phase": applied["phase"]})
         return result
-
-
-def _destination_name(config: dict[str, Any]) -> str:
-    """A destination config's name, as the pipeline config names it (the key of its watermark)."""
-    values = {k: v for k, v in config.items() if k != "kind"}
-    if config.get("kind", "lake") == "custom":
-        return str(config["name"])
-    if config.get("kind", "lake") == "postgres":
-        return PostgresDestinationConfig(**values).name
-    return LakeDestinationConfig(**values).name

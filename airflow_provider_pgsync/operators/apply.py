@@ -109,21 +109,14 @@ class PgApplyOperator(BaseOperator):
             self._discard_backfills(run, state)
             if self.retention is not None:
                 saved = self._prune(store, saved, run.changelog, self.retention)
+        summary = run.summary(saved)
         failures = run.unavailable + _errored(saved, [destination_name(c) for c in self.destinations])
         if failures:
             raise ApplyFailedError(
                 f"apply of pipeline {self.pipeline!r} left {len(failures)} table(s) not applied "
                 "(everything else was applied):\n" + "\n".join(f"  - {f}" for f in failures)
             )
-        # a backfill's rows count as applied changes (they may change the destination's table)
-        return {
-            key: {
-                "applied": sum(r.applied + (r.backfilled or 0) for _, r in rs),
-                "phase": saved.tables[key].phase.kind if key in saved.tables else rs[0][1].phase.kind,
-            }
-            for key, rs in run.results.items()
-            if rs
-        }
+        return summary
 
     def _find_dead_baselines(self, hook: PgReplicationHook, run: _Run, state: PipelineState) -> None:
         """A destination in DataSync whose baseline no longer runs (its task was killed, or the
@@ -256,6 +249,16 @@ class _Run:
     backfilled: dict[str, list[str]] = field(default_factory=dict)
     backfill_ids: dict[str, str] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)
+
+    def summary(self, saved: PipelineState) -> dict[str, Any]:
+        """Per table: the changes applied (a backfill's rows count too: they may change the
+        destination's table), in all and per destination, and the phase it shows now."""
+        found: dict[str, Any] = {}
+        for key, rs in self.results.items():
+            per = {name: r.applied + (r.backfilled or 0) for name, r in rs}
+            phase = saved.tables[key].phase.kind if key in saved.tables else rs[0][1].phase.kind
+            found[key] = {"applied": sum(per.values()), "phase": phase, "destinations": per}
+        return found
 
     def record(self, current: PipelineState) -> PipelineState:
         """The decisions on ``current``: each phase move a compare-and-set on the lineage it was
