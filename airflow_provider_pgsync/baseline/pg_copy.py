@@ -2,7 +2,7 @@
 into each destination's staging table by ``COPY FROM``, in a Spark task (no Spark imports here).
 
 No Spark row or JVM object is made: each chunk the source sends is written as it is to every
-destination. Both sides run with the same text settings (``TEXT_SETTINGS``: UTC, ISO dates,
+destination. Both sides run with the same text settings (``TEXT_OUTPUT``: UTC, ISO dates,
 postgres intervals, shortest exact floats, hex bytea, UTF8), so every value's text output
 parses back to the same value; a column the destination keeps as ``text`` (enums, domains,
 extension types) gets the source's text output, which is also what capture's pgoutput sends.
@@ -26,15 +26,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_pgsync.source.names import TableRef
-
-TEXT_SETTINGS = (
-    "SET LOCAL TimeZone = 'UTC'",
-    "SET LOCAL DateStyle = 'ISO'",
-    "SET LOCAL IntervalStyle = 'postgres'",
-    "SET LOCAL extra_float_digits = 3",
-    "SET LOCAL bytea_output = 'hex'",
-    "SET LOCAL client_encoding = 'UTF8'",
-)
+from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 
 
 @dataclass(frozen=True)
@@ -59,7 +51,7 @@ def copy_partition(
     try:
         for sink in sinks:
             out = psycopg.connect(sink.conninfo, autocommit=False)
-            for statement in TEXT_SETTINGS:
+            for statement in TEXT_OUTPUT:
                 out.execute(statement)
             claimed = out.execute(
                 sql.SQL(
@@ -98,7 +90,7 @@ def _stream(
     with psycopg.connect(source_conninfo, autocommit=True) as source:
         for statement in session:
             source.execute(statement)
-        for statement in TEXT_SETTINGS:
+        for statement in TEXT_OUTPUT:
             source.execute(statement)
         cursors = [out.cursor() for _, out in outs]
         reader = source.cursor()

@@ -3,7 +3,7 @@ destinations that take their baseline through the protocol (``Destination.load_b
 
 The rows come from ``COPY (SELECT <published columns> FROM <table> WHERE <row filter>) TO
 STDOUT`` in text format on the connection that holds the exported snapshot, with the text
-settings capture's peek uses (``TEXT_SETTINGS``): every value is its type's output function
+settings capture's peek uses (``TEXT_OUTPUT``): every value is its type's output function
 under UTC, ISO dates, postgres intervals, exact floats and hex bytea, i.e. the very text
 pgoutput sends for a change (a ``::text`` cast would differ: ``true`` for ``t``, ``char(n)``
 without its padding). psycopg parses the COPY stream (escapes, ``\\N``) with every column
@@ -20,16 +20,9 @@ import pyarrow as pa
 from psycopg import sql
 
 from airflow_provider_pgsync.source.publication import PublishedTable
+from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 from airflow_provider_pgsync.state.model import ColumnInfo
 
-TEXT_SETTINGS = (
-    "SET LOCAL TimeZone = 'UTC'",
-    "SET LOCAL DateStyle = 'ISO'",
-    "SET LOCAL IntervalStyle = 'postgres'",
-    "SET LOCAL extra_float_digits = 3",
-    "SET LOCAL bytea_output = 'hex'",
-    "SET LOCAL client_encoding = 'UTF8'",
-)
 CHUNK_ROWS = 50_000
 
 
@@ -51,7 +44,7 @@ def text_batches(
     batches of string columns named after ``columns``, at most ``chunk_rows`` rows each."""
     if conn.autocommit:
         raise RuntimeError("text_batches reads inside the baseline's snapshot transaction")
-    for statement in TEXT_SETTINGS:
+    for statement in TEXT_OUTPUT:
         conn.execute(statement)
     schema = pa.schema([pa.field(c.name, pa.string()) for c in columns])
     query = sql.SQL("COPY ({}) TO STDOUT").format(text_query(table, columns))

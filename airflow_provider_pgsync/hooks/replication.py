@@ -43,6 +43,7 @@ from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
 from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
+from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
@@ -91,18 +92,6 @@ class WalPositions:
     flush: LSN
     insert: LSN
     xmax: int
-
-
-# pgoutput sends values in the text output of the session that decodes them: the peek fixes
-# the settings that shape it, whatever the database's or the role's defaults are, so every
-# destination reads the same text (ISO dates, UTC offsets, exact floats, hex bytea)
-_TEXT_OUTPUT = (
-    "SET LOCAL TimeZone = 'UTC'",
-    "SET LOCAL DateStyle = 'ISO'",
-    "SET LOCAL IntervalStyle = 'postgres'",
-    "SET LOCAL extra_float_digits = 3",
-    "SET LOCAL bytea_output = 'hex'",
-)
 
 
 class PgReplicationHook(PostgresHook):
@@ -427,7 +416,7 @@ class PgReplicationHook(PostgresHook):
             raise ConfigError(f"protocol_version must be 1 or 2, not {protocol_version}")
         conn = self.connect(autocommit=False)
         try:
-            for setting in _TEXT_OUTPUT:
+            for setting in TEXT_OUTPUT:  # pgoutput's values are this session's text output
                 conn.execute(setting)
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
