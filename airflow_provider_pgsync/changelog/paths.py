@@ -14,6 +14,7 @@ keep the changelog on a case-sensitive filesystem.
 from __future__ import annotations
 
 import hashlib
+import re
 from urllib.parse import quote
 
 from airflow_provider_pgsync.source.names import TableRef
@@ -38,6 +39,15 @@ def table_folder(table: TableRef) -> str:
     if cut >= 0:  # do not split a %XX escape
         head = head[:cut]
     return f"{head}+{digest}"
+
+
+_NAME = re.compile(r"([0-9A-F]{16})-([0-9A-F]{16})-([0-9]{4})" + re.escape(SUFFIX))
+
+
+def first_lsn_of(path: str) -> int | None:
+    """The first commit LSN a segment path carries in its file name (None: not a segment)."""
+    found = _NAME.fullmatch(path.rsplit("/", 1)[-1])
+    return int(found.group(1), 16) if found else None
 
 
 def segment_path(table: TableRef, schema_version: int, first_lsn: int, last_lsn: int, part: int) -> str:

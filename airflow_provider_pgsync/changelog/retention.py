@@ -1,7 +1,10 @@
-"""Retention: which changelog segments every destination is done with (DESIGN §3, a pure decision).
+"""Retention: which changelog segments every destination is done with (DESIGN §3, pure decisions).
 
-A segment of a table may go once it is older than the retention and no destination of the
-table may still read it:
+The state lists only the segments a destination may still read, so its size follows the
+destinations' lag, not the history; a segment no destination needs leaves the state at once
+(``unneeded_segments``), and its file is deleted once it is older than the retention
+(``expired_files``: until then it stays for a replay by hand). A destination of a table
+still reads a segment when it is:
 
 - Ready (or Errored, to resume in Ready): it reads after its watermark, so it needs every
   segment whose last commit LSN is not below the watermark's (a destination part-way
@@ -19,7 +22,7 @@ The watermarks are those apply recorded in the state, never ahead of the destina
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from airflow_provider_pgsync.changelog.prune import may_hold_unseen
@@ -30,30 +33,40 @@ from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo, Tabl
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
 
 
-def segments_done_with(
-    state: PipelineState,
-    destinations: Sequence[str],
-    *,
-    now: datetime,
-    retention: timedelta,
-    created_at: Mapping[str, datetime],
-) -> list[SegmentInfo]:
-    """The segments of ``state`` that may be deleted (in state order); ``destinations`` are the
-    pipeline's destination names (every destination the state holds a table's state for
-    counts too, configured or not), ``created_at`` the segments' creation times (a segment
-    missing from it is kept)."""
+def unneeded_segments(state: PipelineState, destinations: Sequence[str]) -> list[SegmentInfo]:
+    """The segments of ``state`` no destination of their table may still read (in state
+    order); ``destinations`` are the pipeline's destination names (every destination the
+    state holds a table's state for counts too, configured or not). None without destinations."""
     if not destinations:
         return []
     result = []
     for segment in state.segments:
-        created = created_at.get(segment.path)
-        if created is None or now - created < retention:
-            continue
         table = state.tables.get(segment.table)
-        if table is not None and _needed(segment, table, destinations):
-            continue
-        result.append(segment)
+        if table is None or not _needed(segment, table, destinations):
+            result.append(segment)
     return result
+
+
+def expired_files(
+    files: Iterable[tuple[str, int, datetime]],
+    state: PipelineState,
+    *,
+    now: datetime,
+    retention: timedelta,
+) -> list[str]:
+    """The segment files ``(path, first commit LSN, modification time)`` that may be deleted:
+    not listed in ``state``, holding only transactions the state has passed (a capture that
+    is writing its batch writes after ``last_end_lsn``, and records its files after), and
+    older than ``retention``."""
+    if state.last_end_lsn is None:
+        return []
+    listed = {s.path for s in state.segments}
+    end = state.last_end_lsn.value
+    return [
+        path
+        for path, first, mtime in files
+        if path not in listed and first <= end and now - mtime >= retention
+    ]
 
 
 def _needed(segment: SegmentInfo, table: TableState, destinations: Sequence[str]) -> bool:

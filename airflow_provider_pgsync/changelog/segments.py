@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.changelog import metadata as meta_
 from airflow_provider_pgsync.changelog.merge import Key, Source, merge_changes
-from airflow_provider_pgsync.changelog.paths import segment_path
+from airflow_provider_pgsync.changelog.paths import first_lsn_of, segment_path
 from airflow_provider_pgsync.changelog.prune import segments_to_prune
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, COMMIT_TS, OP, SEQ, XID, segment_schema
 from airflow_provider_pgsync.changelog.xids import widen_xids
@@ -246,10 +246,30 @@ class Changelog:
                     f"cannot delete changelog segment {path} under {self.uri}: {exc}"
                 ) from exc
 
-    def size(self, paths: Iterable[str]) -> int:
-        """The bytes the segments at ``paths`` take (missing ones count nothing)."""
-        infos = self.filesystem.get_file_info([self._abs(p) for p in paths])
-        return sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
+    def segment_files(self) -> list[tuple[str, int, datetime]]:
+        """Every segment file under the root, listed in a state or not: ``(relative path, first
+        commit LSN, modification time in UTC)``."""
+        found = []
+        for info in self._segment_infos():
+            first = first_lsn_of(info.path)
+            assert first is not None and info.mtime is not None  # as _segment_infos keeps them
+            mtime = info.mtime if info.mtime.tzinfo else info.mtime.replace(tzinfo=UTC)
+            found.append((info.path[len(self.root) :].lstrip("/"), first, mtime))
+        return found
+
+    def retained_bytes(self) -> int:
+        """The bytes every segment file under the root takes (what the changelog retains)."""
+        return sum(info.size or 0 for info in self._segment_infos())
+
+    def _segment_infos(self) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
+        return [
+            info
+            for info in self.filesystem.get_file_info(selector)
+            if info.type == pafs.FileType.File
+            and info.mtime is not None
+            and first_lsn_of(info.path) is not None
+        ]
 
     def created_at(self, paths: Iterable[str]) -> dict[str, datetime]:
         """Modification times (UTC) of the segments that exist, by relative path."""

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
-from airflow_provider_pgsync.changelog.retention import segments_done_with
+from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
 from airflow_provider_pgsync.errors import (
@@ -48,9 +48,10 @@ class PgApplyOperator(BaseOperator):
         control database (the source by default); :param state_schema: its schema.
     :param batch_rows: the most changes handed to a destination at once; :param batch_bytes:
         about the most bytes of changes held for one batch.
-    :param retention: how long a changelog segment is kept after every destination of its
-        table is done with it (``changelog/retention.py`` says what each phase still needs);
-        a ``timedelta`` or seconds, default 7 days; None keeps every segment.
+    :param retention: how long a changelog segment's file is kept after every destination of
+        its table is done with it (``changelog/retention.py`` says what each phase still
+        needs; the state stops listing it at once); a ``timedelta`` or seconds, default 7
+        days; None keeps every segment, listed.
     """
 
     template_fields: Sequence[str] = ("pipeline", "changelog_uri", "destinations")
@@ -196,28 +197,26 @@ class PgApplyOperator(BaseOperator):
     def _prune(
         self, store: StateStore, state: PipelineState, changelog: Changelog, retention: timedelta
     ) -> PipelineState:
-        """Delete the segments every destination is done with and that are older than
-        ``retention``: first from the state (a crash then leaves unlisted files, never a listed
-        segment without its file), then their files."""
+        """Take the segments no destination needs any more out of the state, then delete the
+        segment files the state does not list that are older than ``retention`` (a crash in
+        between leaves files for the next run, never a listed segment without its file)."""
         names = [destination_name(c) for c in self.destinations]
-        created = changelog.created_at(s.path for s in state.segments)
-        gone = segments_done_with(
-            state, names, now=datetime.now(UTC), retention=retention, created_at=created
-        )
-        if not gone:
-            return state
-        paths = {s.path for s in gone}
-        state = update_state(
-            store, self.pipeline, lambda s: s.with_segments(g for g in s.segments if g.path not in paths)
-        )
-        changelog.delete_segments(paths)
+        if unneeded_segments(state, names):
+
+            def drop(current: PipelineState) -> PipelineState:  # decided again on the state saved
+                gone = {s.path for s in unneeded_segments(current, names)}
+                return current.with_segments(s for s in current.segments if s.path not in gone)
+
+            state = update_state(store, self.pipeline, drop)
+        now = datetime.now(UTC)
+        expired = expired_files(changelog.segment_files(), state, now=now, retention=retention)
+        changelog.delete_segments(expired)
         self.log.info(
-            "retention: %d changelog segment(s) of %s rows deleted (every destination has applied them and "
-            "they are older than %s); %d kept",
-            len(gone),
-            f"{sum(s.rows for s in gone):,}",
-            retention,
+            "retention: the state lists %d changelog segment(s) a destination still needs; %d file(s) "
+            "every destination is done with and older than %s deleted",
             len(state.segments),
+            len(expired),
+            retention,
         )
         return state
 

@@ -137,7 +137,7 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
     retained = _guard(
         problems,
         f"changelog of pipeline {config.name} ({config.changelog_uri})",
-        lambda: Changelog(config.changelog_uri).size(s.path for s in shown.segments),
+        lambda: Changelog(config.changelog_uri).retained_bytes(),
         "check that the changelog's storage can be read from the API server",
     )
     return PipelineStatus(

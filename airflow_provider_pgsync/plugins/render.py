@@ -80,8 +80,8 @@ def render_pipeline(status: PipelineStatus) -> str:
         ("Slot confirmed LSN", "unknown" if slot is None or slot.confirmed_flush_lsn is None
                                else slot.confirmed_flush_lsn),
         ("Lag", _lag_text(status)),
-        ("Changelog retained", f"{status.changelog_segments:,} segment(s), "
-                               f"{format_bytes(status.changelog_bytes)}"),
+        ("Changelog retained", f"{format_bytes(status.changelog_bytes)} in all; "
+                               f"{status.changelog_segments:,} segment(s) a destination still needs"),
     ]  # fmt: skip
     for mark in status.watermarks:
         facts.append((f"Applied ({mark.destination})", mark.text if mark.lsn is None else

@@ -13,7 +13,8 @@ Where each figure comes from (``collect`` reads them):
   task instance of the pipeline's cdc DAG (state records no times)
 - lag in bytes: ``pg_current_wal_lsn() - confirmed_flush_lsn`` of the slot; lag in seconds:
   an upper bound, the time since the last successful capture while that lag is not zero
-- changelog retained: the segments the state lists and the bytes their files take
+- changelog retained: the segments the state lists (a destination still needs them) and the
+  bytes of every segment file kept (those, and the ones kept for the retention)
 - lag history: the XCom return values of recent capture runs, when they carry the positions
   of the run (``start_lsn``, ``upto_lsn``); see ``lag_history``
 """
@@ -133,7 +134,7 @@ class PipelineStatus:
     problems: tuple[Problem, ...] = ()
     changelog_segments: int = 0
     changelog_bytes: int | None = None
-    """What the changelog retains (None: its storage could not be read)."""
+    """The bytes of every segment file the changelog keeps (None: its storage could not be read)."""
 
 
 @dataclass(frozen=True)

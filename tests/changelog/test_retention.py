@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_pgsync.changelog.retention import segments_done_with, watermark_lsn
+from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments, watermark_lsn
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.pgoutput import LSN
@@ -43,10 +43,8 @@ def _state(segments: list[SegmentInfo], **phases: Any) -> PipelineState:
     return state
 
 
-def _gone(state: PipelineState, names: list[str], *, retention: timedelta = timedelta(0)) -> list[int]:
-    created = {s.path: NOW - timedelta(hours=1) for s in state.segments}
-    done = segments_done_with(state, names, now=NOW, retention=retention, created_at=created)
-    return [int(s.path.rsplit("s", 1)[1]) for s in done]
+def _gone(state: PipelineState, names: list[str]) -> list[int]:
+    return [int(s.path.rsplit("s", 1)[1]) for s in unneeded_segments(state, names)]
 
 
 def test_each_phase_keeps_what_it_still_reads() -> None:
@@ -54,7 +52,6 @@ def test_each_phase_keeps_what_it_still_reads() -> None:
     # Ready at segment 3's last commit: it may still be part-way through that transaction
     ready = (Ready(), f"{LSN(350)}/4")
     assert _gone(_state(segs, lake=ready), ["lake"]) == [1, 2]
-    assert _gone(_state(segs, lake=ready), ["lake"], retention=timedelta(hours=2)) == []  # too young
     # the slowest destination decides; one that never reported a watermark keeps everything
     assert _gone(_state(segs, lake=ready, pg=(Ready(), f"{LSN(250)}/1")), ["lake", "pg"]) == [1]
     assert _gone(_state(segs, lake=ready, pg=(Ready(), None)), ["lake", "pg"]) == []
@@ -82,6 +79,26 @@ def test_a_pending_backfill_keeps_what_its_snapshot_did_not_see() -> None:
     assert _gone(state.with_backfill(T, backfill), ["lake"]) == [1]
 
 
+def test_files_go_once_unlisted_passed_and_older_than_the_retention() -> None:
+    state = _state([_segment(3)], lake=(Ready(), None))
+    state = PipelineState.from_json({**state.to_json(), "last_end_lsn": str(LSN(350))})
+    old, young = NOW - timedelta(days=8), NOW - timedelta(hours=1)
+    files = [
+        (f"{T}/s3", 300, old),  # listed: a destination needs it
+        ("public.t/v0000/a.parquet", 100, old),  # done with and old: goes
+        ("public.t/v0000/b.parquet", 200, young),  # done with, kept for the retention
+        ("public.t/v0000/c.parquet", 400, old),  # after last_end_lsn: a capture is writing it
+    ]
+    week = timedelta(days=7)
+    assert expired_files(files, state, now=NOW, retention=week) == ["public.t/v0000/a.parquet"]
+    zero = timedelta(0)
+    assert expired_files(files, state, now=NOW, retention=zero) == [
+        "public.t/v0000/a.parquet",
+        "public.t/v0000/b.parquet",
+    ]
+    assert expired_files(files, PipelineState("p"), now=NOW, retention=zero) == []  # nothing captured
+
+
 def test_watermark_text() -> None:
     assert watermark_lsn("0/16B3748/3") == LSN.parse("0/16B3748")
     assert watermark_lsn(None) is None and watermark_lsn("nonsense") is None
@@ -92,7 +109,7 @@ def replicas(make_replica: MakeReplica) -> list[Database]:
     return [make_replica("fast"), make_replica("slow")]
 
 
-def _apply(pipeline: Pipeline, source_conn_id: str, names: list[str]) -> None:
+def _apply(pipeline: Pipeline, source_conn_id: str, names: list[str], retention: float = 0) -> None:
     op = PgApplyOperator(
         task_id="apply",
         pipeline=pipeline.name,
@@ -100,7 +117,7 @@ def _apply(pipeline: Pipeline, source_conn_id: str, names: list[str]) -> None:
         destinations=[{"kind": "postgres", "conn_id": f"pgsync_{n}", "name": n} for n in names],
         postgres_conn_id=source_conn_id,
         state_backend="postgres",
-        retention=0,
+        retention=retention,
     )
     op.execute(context={})  # type: ignore[arg-type]
 
@@ -147,10 +164,21 @@ def test_a_stopped_destination_keeps_what_it_needs_and_the_state_stays_flat(
     kept = pipeline.state().segments
     assert len(kept) >= 10 and {s.path for s in kept} <= _segment_files(pipeline)
     root = Path(pipeline.settings.changelog_uri)
-    retained = Changelog(pipeline.settings.changelog_uri).size(s.path for s in kept)
-    assert retained == sum((root / s.path).stat().st_size for s in kept) > 0  # the status page's figure
+    retained = Changelog(pipeline.settings.changelog_uri).retained_bytes()
+    assert (
+        retained == sum((root / f).stat().st_size for f in _segment_files(pipeline)) > 0
+    )  # the status page's figure
     assert rows(fast, T) == rows(database, T)
 
     _apply(pipeline, source_conn_id, ["fast", "slow"])  # it catches up: everything it needed was there
     assert rows(slow, T) == rows(database, T)
     assert len(pipeline.state().segments) <= 1 and len(_segment_files(pipeline)) <= 1
+
+    # a retention of a day: the state still lists only what is needed, the files stay
+    for i in range(5):
+        database.execute("UPDATE t SET n = n + 1 WHERE id = %s", (i,))
+        pipeline.capture()
+        _apply(pipeline, source_conn_id, ["fast", "slow"], retention=86_400)
+    assert len(pipeline.state().segments) <= 1 and len(_segment_files(pipeline)) >= 5
+    _apply(pipeline, source_conn_id, ["fast", "slow"])  # the retention over: they go
+    assert len(_segment_files(pipeline)) <= 1
