@@ -23,7 +23,6 @@ from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
-from airflow_provider_pgsync.state.destination import DestinationState
 from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, PipelineState, SegmentInfo, TableState
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
 
@@ -63,13 +62,13 @@ def apply_table(
     applied. A Ready table's pending backfill is merged into the destination at the same
     point (``apply/backfill.py``). A destination that refuses the changes or a schema change
     it cannot take leaves the table Errored in it (or, for Rebaseline, back in Init); an
-    Errored one that may be retried (``applying_phase``) is tried again from its watermark
+    Errored one that may be retried (``DestinationState.applying``) is tried again from its watermark
     and goes back to the phase it left when it succeeds. A destination that cannot be
     reached raises DestinationUnavailableError and nothing changes. Tables in other phases
     are left alone.
     """
     current = table_state.destination(destination.name)
-    phase = applying_phase(current)
+    phase = current.applying()
     table, key = table_state.table, table_state.key
     if phase is None:
         return TableApplied(key, 0, 0, None, current.phase)
@@ -157,21 +156,6 @@ def apply_table(
         )
         new_phase = Ready()
     return TableApplied(key, applied, in_base, watermark, new_phase)
-
-
-def applying_phase(current: DestinationState) -> SyncDone | Ready | None:
-    """The phase apply works in for a destination: SyncDone or Ready; for an Errored one whose
-    retry is not ``none`` and that left SyncDone or Ready, that phase again (a resumed apply
-    starts from the destination's own watermark); None: nothing to apply now."""
-    phase = current.phase
-    if isinstance(phase, SyncDone | Ready):
-        return phase
-    if isinstance(phase, Errored) and phase.retry != "none":
-        if phase.previous == "Ready":
-            return Ready()
-        if phase.previous == "SyncDone" and current.baseline is not None:
-            return current.baseline
-    return None
 
 
 def _backfill_due(state: PipelineState, backfill: Backfill, destination: Destination) -> bool:

@@ -30,7 +30,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.destination import DestinationState
 from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo, TableState
-from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
+from airflow_provider_pgsync.state.phases import DataSync, SyncDone
 
 
 def unneeded_segments(state: PipelineState, destinations: Sequence[str]) -> list[SegmentInfo]:
@@ -77,14 +77,10 @@ def _needed(segment: SegmentInfo, table: TableState, destinations: Sequence[str]
 
 
 def _needed_by(segment: SegmentInfo, held: DestinationState) -> bool:
-    phase = held.phase
-    if isinstance(phase, Errored):
-        if phase.retry == "none" or phase.previous not in ("SyncDone", "Ready"):
-            return False
-        phase = held.baseline if phase.previous == "SyncDone" and held.baseline is not None else Ready()
-    if isinstance(phase, DataSync):
+    if isinstance(held.phase, DataSync):
         return True
-    if not isinstance(phase, SyncDone | Ready):
+    phase = held.applying()
+    if phase is None:
         return False
     mark = watermark_lsn(held.watermark)
     if mark is not None:

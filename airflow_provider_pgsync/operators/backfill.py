@@ -17,12 +17,12 @@ import psycopg
 from airflow.sdk import Context
 from psycopg import sql
 
+from airflow_provider_pgsync.destinations.configs import destination_kind
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
-from airflow_provider_pgsync.operators.baseline_destinations import destination_kind
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import published_table

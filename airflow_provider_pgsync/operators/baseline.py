@@ -23,7 +23,7 @@ from airflow_provider_pgsync.baseline.spec import (
     BaselineJobSpec,
     BaselineResult,
 )
-from airflow_provider_pgsync.destinations.configs import destination_name
+from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
@@ -33,7 +33,6 @@ from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, drive
 from airflow_provider_pgsync.operators.baseline_destinations import (
     ReplicaBaselines,
     check_custom,
-    destination_kind,
     load_custom,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store

@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, dest_password_env
-from airflow_provider_pgsync.destinations.configs import custom_class, open_custom
+from airflow_provider_pgsync.destinations.configs import custom_class, destination_kind, open_custom
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.baseline_rows import text_batches
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
@@ -25,10 +25,6 @@ from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.typemap.spark import ColumnRead
-
-
-def destination_kind(config: Mapping[str, Any]) -> str:
-    return str(config.get("kind", "lake"))
 
 
 @dataclass

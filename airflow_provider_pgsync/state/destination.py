@@ -18,6 +18,7 @@ from airflow_provider_pgsync.state.phases import (
     DataSync,
     Errored,
     Init,
+    Ready,
     SyncDone,
     TablePhase,
     check_transition,
@@ -88,6 +89,20 @@ class DestinationState:
         if isinstance(phase, Errored) and not phase.previous:
             phase = replace(phase, previous=self.phase.kind)
         return replace(self, phase=phase)  # Errored, or Ready (from SyncDone, or resumed)
+
+    def applying(self) -> SyncDone | Ready | None:
+        """The phase apply works in: SyncDone or Ready; for an Errored destination whose retry is
+        not ``none`` and that left SyncDone or Ready, that phase again (a resumed apply starts
+        from the destination's own watermark); None: apply has nothing to do here now."""
+        phase = self.phase
+        if isinstance(phase, SyncDone | Ready):
+            return phase
+        if isinstance(phase, Errored) and phase.retry != "none":
+            if phase.previous == "Ready":
+                return Ready()
+            if phase.previous == "SyncDone" and self.baseline is not None:
+                return self.baseline
+        return None
 
     def with_watermark(self, watermark: str | None) -> DestinationState:
         return replace(self, watermark=watermark)

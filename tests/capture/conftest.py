@@ -85,6 +85,32 @@ class Pipeline:
     def state(self) -> PipelineState:
         return self.store.load(self.name)
 
+    def cdc_tasks(self, destinations: Sequence[dict[str, Any]], **apply_kwargs: Any) -> tuple[Any, Any]:
+        """Inside a DAG: its capture task and, after it, an apply task into ``destinations``
+        (the pipeline's state in the source database, as ``make_pipeline`` keeps it)."""
+        from airflow_provider_pgsync.operators.apply import PgApplyOperator
+        from airflow_provider_pgsync.operators.capture import PgCaptureOperator
+
+        source = {"postgres_conn_id": self.hook.postgres_conn_id, "state_backend": "postgres"}
+        capture = PgCaptureOperator(
+            task_id="capture",
+            pipeline=self.name,
+            slot_name=self.slot,
+            publication_name=self.settings.publication_name,
+            changelog_uri=self.settings.changelog_uri,
+            **source,
+        )
+        apply = PgApplyOperator(
+            task_id="apply",
+            pipeline=self.name,
+            changelog_uri=self.settings.changelog_uri,
+            destinations=list(destinations),
+            **source,
+            **apply_kwargs,
+        )
+        capture >> apply
+        return capture, apply
+
     def slot_info(self) -> SlotInfo:
         info = self.hook.slot_info(self.slot)
         assert info is not None, f"slot {self.slot} does not exist"

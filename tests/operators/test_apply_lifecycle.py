@@ -15,7 +15,6 @@ from airflow_provider_pgsync.apply.run import TableApplied
 from airflow_provider_pgsync.errors import ApplyBusyError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.apply import PgApplyOperator, _Run
-from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
@@ -62,25 +61,7 @@ def _with_lineage(done: SyncDone, lineage: str) -> SyncDone:
 
 def _cdc_dag(pipeline: Pipeline, source_conn_id: str, destinations: list[dict[str, str]]) -> DAG:
     with DAG(f"pgsync_cdc_{uuid.uuid4().hex[:6]}", schedule=None, default_args={"retries": 0}) as dag:
-        capture = PgCaptureOperator(
-            task_id="capture",
-            pipeline=pipeline.name,
-            slot_name=pipeline.slot,
-            publication_name=pipeline.settings.publication_name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-        )
-        apply = PgApplyOperator(
-            task_id="apply",
-            pipeline=pipeline.name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            destinations=destinations,
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-            batch_rows=16,
-        )
-        capture >> apply
+        pipeline.cdc_tasks(destinations, batch_rows=16)
     return dag
 
 

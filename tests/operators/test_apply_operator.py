@@ -9,7 +9,6 @@ from airflow.sdk import DAG
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
-from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
@@ -41,25 +40,9 @@ def test_capture_then_apply_in_a_dag_run(
     database.execute("DELETE FROM items WHERE id > 45")
 
     with DAG("pgsync_apply", schedule=None, default_args={"retries": 0}) as dag:
-        capture = PgCaptureOperator(
-            task_id="capture",
-            pipeline=pipeline.name,
-            slot_name=pipeline.slot,
-            publication_name=pipeline.settings.publication_name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
+        pipeline.cdc_tasks(
+            [{"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}], batch_rows=16
         )
-        apply = PgApplyOperator(
-            task_id="apply",
-            pipeline=pipeline.name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            destinations=[{"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}],
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-            batch_rows=16,
-        )
-        capture >> apply
     run = run_dag(dag)
 
     assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {

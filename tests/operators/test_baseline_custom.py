@@ -17,9 +17,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_pgsync.errors import ConfigError
-from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
-from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.state.phases import Errored, Ready
 from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
@@ -88,24 +86,7 @@ def _dag(
     pipeline: Pipeline, source_conn_id: str, destinations: list[dict[str, Any]], *, baseline: bool = True
 ) -> DAG:
     with DAG(f"pgsync_custom_{uuid.uuid4().hex[:6]}", schedule=None, default_args={"retries": 0}) as dag:
-        capture = PgCaptureOperator(
-            task_id="capture",
-            pipeline=pipeline.name,
-            slot_name=pipeline.slot,
-            publication_name=pipeline.settings.publication_name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-        )
-        apply = PgApplyOperator(
-            task_id="apply",
-            pipeline=pipeline.name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            destinations=destinations,
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-            batch_rows=64,
-        )
+        capture, _ = pipeline.cdc_tasks(destinations, batch_rows=64)
         if baseline:
             first = PgBaselineOperator(
                 task_id="baseline",
@@ -117,7 +98,6 @@ def _dag(
                 spark_conn_id="no_spark_here",
             )
             first >> capture
-        capture >> apply
     return dag
 
 
