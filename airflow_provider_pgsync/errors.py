@@ -98,6 +98,13 @@ class ApplyBusyError(PgSyncError):
         )
 
 
+class LockLostError(PgSyncError):
+    """A run's advisory lock went with its session (terminated, or the connection dropped);
+    the run stopped before its next state write or slot advance."""
+
+    retryable = True
+
+
 class SourceUnavailableError(PgSyncError):
     """The source server could not be reached; running again later may succeed."""
 

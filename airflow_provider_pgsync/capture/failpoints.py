@@ -10,7 +10,7 @@ import os
 
 ENV = "PGSYNC_FAIL_POINT"
 EXIT_CODE = 77
-POINTS = ("after_peek", "after_segment_write", "after_state_write", "after_advance")
+POINTS = ("after_peek", "after_segment_write", "before_state_write", "after_state_write", "after_advance")
 
 
 def fail_point(name: str) -> None:

@@ -18,8 +18,10 @@ from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
 from airflow_provider_pgsync.errors import ConfigError, SlotError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.run_locks import HeldLock
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.source.sessions import timeout_ms
 from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo
 from airflow_provider_pgsync.state.phases import Errored
 from airflow_provider_pgsync.state.store import StateStore
@@ -39,6 +41,13 @@ class CaptureSettings:
     fetch_rows: int = 50_000
     part_bytes: int = 16 * 2**20
     worker_from_bytes: int = 32 * 2**20
+    peek_statement_timeout: float = 0.0
+    """Seconds each statement of the peek and the slot advance may run; 0: no limit. No limit by
+    default: a peek decodes all the WAL up to its bound (writes to unpublished tables too), so
+    a large backlog takes as long as it takes, and a peek cut by a limit is redone from the
+    start by the next run, which would then never get further while WAL piles up on the
+    source. Bound the run as a whole with the task's ``execution_timeout`` instead. Set
+    explicitly either way, so a low database or role default never applies unnoticed."""
 
     def __post_init__(self) -> None:
         validate_slot_name(self.slot_name)
@@ -47,6 +56,11 @@ class CaptureSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"capture setting {name} must be a positive integer, not {value!r}")
+        timeout_ms(self.peek_statement_timeout, what="capture setting peek_statement_timeout")
+
+    @property
+    def peek_statement_timeout_ms(self) -> int:
+        return timeout_ms(self.peek_statement_timeout, what="capture setting peek_statement_timeout")
 
 
 @dataclass(frozen=True)
@@ -71,19 +85,25 @@ class CaptureResult:
 def capture(
     hook: PgReplicationHook, store: StateStore, settings: CaptureSettings, *, holder: str = "pgsync capture"
 ) -> CaptureResult:
-    """Capture one batch of the slot into the changelog, under the slot's capture lock."""
-    with hook.capture_lock(settings.slot_name, holder):
-        return _capture(hook, store, settings)
+    """Capture one batch of the slot into the changelog, under the slot's capture lock.
+
+    The lock is checked again right before each state write and the slot advance: a run whose
+    lock went with its session (another run may hold it now) stops there (LockLostError).
+    """
+    with hook.capture_lock(settings.slot_name, holder) as lock:
+        return _capture(hook, store, settings, lock)
 
 
-def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettings) -> CaptureResult:
+def _capture(
+    hook: PgReplicationHook, store: StateStore, settings: CaptureSettings, lock: HeldLock
+) -> CaptureResult:
     started = time.monotonic()
     slot = settings.slot_name
     state = store.load(settings.pipeline)
     info = hook.slot_info(slot)
     problem = slot_problem(state, slot, info)
     if problem is not None:
-        _mark_errored(store, state, problem)
+        _mark_errored(store, state, problem, lock)
         raise SlotError(f"{problem.reason}; {problem.solution}")
     assert info is not None and info.confirmed_flush_lsn is not None
     if state.slot_name is None:
@@ -111,6 +131,7 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
             upto_lsn=upto,
             upto_nchanges=settings.max_changes,
             fetch_rows=settings.fetch_rows,
+            statement_timeout_ms=settings.peek_statement_timeout_ms,
         ) as fetches:
             for payloads in fetches:
                 data, lens = join_payloads(payloads)
@@ -124,10 +145,13 @@ def _capture(hook: PgReplicationHook, store: StateStore, settings: CaptureSettin
         previous = state.last_end_lsn
         if target is not None and (previous is None or target > previous or decoded.segments):
             new = state.with_capture(target, decoded.segments, decoded.tables.values())
+            fail_point("before_state_write")
+            lock.ensure_held()
             state = store.save(new)
             fail_point("after_state_write")
         if target is not None:
-            hook.advance_slot(slot, target)
+            lock.ensure_held()
+            hook.advance_slot(slot, target, statement_timeout_ms=settings.peek_statement_timeout_ms)
             fail_point("after_advance")
     finally:
         decoder.close()  # after the advance: a worker process takes a moment to exit
@@ -158,7 +182,7 @@ def _advance_target(decoded: DecodeResult, idle: bool, upto: LSN) -> LSN | None:
     return LSN(decoded.last_end_lsn)
 
 
-def _mark_errored(store: StateStore, state: PipelineState, problem: SlotProblem) -> None:
+def _mark_errored(store: StateStore, state: PipelineState, problem: SlotProblem, lock: HeldLock) -> None:
     """Put every table that is not Errored yet into Errored with the remedy; save."""
     changed = state
     for key, ts in state.tables.items():
@@ -166,6 +190,7 @@ def _mark_errored(store: StateStore, state: PipelineState, problem: SlotProblem)
             phase = Errored(reason=problem.reason, solution=problem.solution, retry="manual")
             changed = changed.with_table_phase(key, phase)
     if changed is not state:
+        lock.ensure_held()
         store.save(changed)
     log.error("capture stopped: %s; %s", problem.reason, problem.solution)
 

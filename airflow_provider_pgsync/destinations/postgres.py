@@ -45,6 +45,7 @@ from airflow_provider_pgsync.destinations import postgres_baseline
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.sessions import hold_open, keepalive_args
 from airflow_provider_pgsync.state.model import ColumnInfo
 
 FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: OIDs below are the same everywhere
@@ -68,6 +69,9 @@ _SESSION = (
     "SET DateStyle = 'ISO'",
     "SET IntervalStyle = 'postgres'",
     "SET extra_float_digits = 3",
+    # a batch of a million changes, or a baseline's key build and ANALYZE, runs as long as it
+    # takes: a low statement_timeout of the replica's database or role would fail it every time
+    "SET statement_timeout = 0",
 )
 
 
@@ -100,6 +104,9 @@ class PostgresDestination(Destination):
             raise _unavailable(name, "connecting", exc) from exc
         for statement in _SESSION:
             self._conn.execute(statement)
+        # the session lasts the whole apply run, idle while other tables and destinations are
+        # worked on, and idle in a batch's transaction while its rows are read and staged
+        hold_open(self._conn)
         self._types: dict[tuple[int, int], str] = {}
         self._staged = 0
         self._ensure_watermarks()
@@ -119,7 +126,11 @@ class PostgresDestination(Destination):
         from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 
         hook = PgReplicationHook(postgres_conn_id=str(data["conn_id"]))
-        conninfo = make_conninfo(hook.libpq_target(), password=hook.connection.password or None)
+        conninfo = make_conninfo(
+            hook.libpq_target(),
+            password=hook.connection.password or None,
+            **keepalive_args(hook.connection.extra_dejson),  # the connection's own extras win
+        )
         return cls(
             conninfo,
             name=str(data.get("name", "postgres")),

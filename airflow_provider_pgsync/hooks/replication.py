@@ -24,6 +24,7 @@ from airflow_provider_pgsync.errors import (
     BaselineError,
     CaptureBusyError,
     ConfigError,
+    LockLostError,
     PreflightError,
     SlotError,
     SourceUnavailableError,
@@ -34,6 +35,7 @@ from airflow_provider_pgsync.hooks.run_locks import (
     APPLY_LOCK_CLASS,
     BASELINE_LOCK_CLASS,
     CAPTURE_LOCK_CLASS,
+    HeldLock,
     baseline_lock_key,
     lock_is_held,
     session_lock,
@@ -43,6 +45,7 @@ from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
 from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
+from airflow_provider_pgsync.source.sessions import hold_open, set_statement_timeout, with_keepalives
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 
 # Every operation; changes of partitions arrive under the partitioned table configured.
@@ -124,6 +127,11 @@ class PgReplicationHook(PostgresHook):
         register_lsn(conn.adapters)
         return conn
 
+    def _create_connection(self, conn_args: dict[str, Any]) -> Any:
+        # PostgresHook.get_conn passes the connection's extras here as libpq parameters: TCP
+        # keepalives are added where the extras set none (hooks/sessions.py says why)
+        return super()._create_connection(with_keepalives(conn_args))
+
     def _describe_target(self) -> str:
         c = self.connection
         return f"{c.host}:{c.port or 5432}/{self.database or c.schema}"
@@ -163,9 +171,16 @@ class PgReplicationHook(PostgresHook):
 
         Yields the snapshot and its connection (in the snapshot's transaction, for reading the
         catalog); the transaction is rolled back and the connection closed whatever happens.
+
+        The session stays idle in its transaction while Spark copies the table, and reads whole
+        tables for custom destinations: before the transaction begins it lifts the server's idle
+        and statement timeouts for itself (session-level SETs in autocommit mode, so no
+        statement of the snapshot's transaction precedes its LOCK and export).
         """
-        conn = self.connect(autocommit=False)
+        conn = self.connect()
         try:
+            hold_open(conn)
+            set_statement_timeout(conn, 0)
             yield export_snapshot(conn, table), conn
         finally:
             try:
@@ -367,16 +382,21 @@ class PgReplicationHook(PostgresHook):
         protocol_version: int = 2,
         messages: bool = True,
         fetch_size: int = 10_000,
+        statement_timeout_ms: int = 0,
     ) -> Iterator[Iterator[PeekedRow]]:
         """Peek the slot without consuming it, bounded by ``upto_lsn`` and ``upto_nchanges``.
 
         Rows are fetched through a server-side cursor ``fetch_size`` at a time, so client
         memory stays bounded whatever the size of the peek. The server stops after the
         transaction in which the change limit is reached, so a peek holds whole
-        transactions only.
+        transactions only. ``statement_timeout_ms`` bounds each statement of the peek (0: no limit;
+        the first fetch decodes the whole peek on the server), whatever the server's defaults.
         """
         options = (upto_lsn, upto_nchanges, protocol_version, messages)
-        with self._peek_cursor(slot_name, publication_names, "lsn, xid::text::bigint, data", *options) as cur:
+        columns = "lsn, xid::text::bigint, data"
+        with self._peek_cursor(
+            slot_name, publication_names, columns, *options, statement_timeout_ms=statement_timeout_ms
+        ) as cur:
             cur.itersize = fetch_size
             yield iter(cur)
 
@@ -389,10 +409,14 @@ class PgReplicationHook(PostgresHook):
         upto_lsn: LSN | None,
         upto_nchanges: int | None,
         fetch_rows: int = 50_000,
+        statement_timeout_ms: int = 0,
     ) -> Iterator[Iterator[list[bytes]]]:
         """Like ``peek``, but only the pgoutput payloads, ``fetch_rows`` at a time (capture's fast path)."""
         options = (upto_lsn, upto_nchanges, 2, True)
-        with self._peek_cursor(slot_name, publication_names, "data", *options, scalar=True) as cur:
+        timeout = statement_timeout_ms
+        with self._peek_cursor(
+            slot_name, publication_names, "data", *options, scalar=True, statement_timeout_ms=timeout
+        ) as cur:
             yield iter(lambda: cur.fetchmany(fetch_rows), [])
 
     @contextmanager
@@ -407,6 +431,7 @@ class PgReplicationHook(PostgresHook):
         messages: bool,
         *,
         scalar: bool = False,
+        statement_timeout_ms: int = 0,
     ) -> Iterator[psycopg.ServerCursor[Any]]:
         name = validate_slot_name(slot_name)
         pubs = ",".join(validate_publication_name(p) for p in publication_names)
@@ -418,6 +443,10 @@ class PgReplicationHook(PostgresHook):
         try:
             for setting in TEXT_OUTPUT:  # pgoutput's values are this session's text output
                 conn.execute(setting)
+            # the transaction waits idle while capture decodes and writes each fetch; the peek's
+            # limit is the caller's, never a low database or role default
+            hold_open(conn, local=True)
+            set_statement_timeout(conn, statement_timeout_ms, local=True)
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
                 binary=True,
@@ -446,20 +475,31 @@ class PgReplicationHook(PostgresHook):
             conn.close()
 
     @contextmanager
-    def capture_lock(self, slot_name: str, holder: str) -> Iterator[None]:
+    def capture_lock(self, slot_name: str, holder: str) -> Iterator[HeldLock]:
         """Hold the session advisory lock of the slot's capture; fail fast if another run holds it.
 
         ``holder`` is shown to a second run (as the session's application_name) so its error
-        names the running one.
+        names the running one. The block gets the lock, whose ``ensure_held`` capture calls
+        before each state write and slot advance.
         """
         name = validate_slot_name(slot_name)
         with session_lock(
-            self.connect(), CAPTURE_LOCK_CLASS, name, holder, lambda other: CaptureBusyError(name, other)
-        ):
-            yield
+            self.connect(),
+            CAPTURE_LOCK_CLASS,
+            name,
+            holder,
+            lambda other: CaptureBusyError(name, other),
+            lambda why: LockLostError(
+                f"capture of slot {name} lost its lock ({why}): it stopped before saving its state "
+                "and advancing the slot, and nothing of this batch is lost (the next run peeks it "
+                "again); run capture again, and if this repeats find what ends its session "
+                "(pg_terminate_backend, a server restart, a proxy or firewall closing connections)"
+            ),
+        ) as lock:
+            yield lock
 
     @contextmanager
-    def baseline_lock(self, pipeline: str, table: str, lineage: str, holder: str) -> Iterator[None]:
+    def baseline_lock(self, pipeline: str, table: str, lineage: str, holder: str) -> Iterator[HeldLock]:
         """Hold the lock that tells a baseline of ``table`` under ``lineage`` runs (see
         ``baseline_running``); a second holder is refused (BaselineError)."""
         key = baseline_lock_key(pipeline, table, lineage)
@@ -469,8 +509,11 @@ class PgReplicationHook(PostgresHook):
             key,
             holder,
             lambda other: BaselineError(f"baseline {lineage} of {table} already runs in {other}"),
-        ):
-            yield
+            lambda why: LockLostError(
+                f"baseline {lineage} of {table} lost its lock ({why}); rebaseline {table}"
+            ),
+        ) as lock:
+            yield lock
 
     def baseline_running(self, pipeline: str, table: str, lineage: str) -> bool:
         """Whether a baseline of ``table`` under ``lineage`` still runs (holds its lock); one
@@ -479,18 +522,29 @@ class PgReplicationHook(PostgresHook):
             return lock_is_held(conn, BASELINE_LOCK_CLASS, baseline_lock_key(pipeline, table, lineage))
 
     @contextmanager
-    def apply_lock(self, pipeline: str, holder: str) -> Iterator[None]:
+    def apply_lock(self, pipeline: str, holder: str) -> Iterator[HeldLock]:
         """Hold the session advisory lock of the pipeline's apply; fail fast (ApplyBusyError
         naming the running one) if another run holds it."""
         with session_lock(
-            self.connect(), APPLY_LOCK_CLASS, pipeline, holder, lambda other: ApplyBusyError(pipeline, other)
-        ):
-            yield
+            self.connect(),
+            APPLY_LOCK_CLASS,
+            pipeline,
+            holder,
+            lambda other: ApplyBusyError(pipeline, other),
+            lambda why: LockLostError(
+                f"apply of pipeline {pipeline!r} lost its lock ({why}): it stopped before recording "
+                "its decisions in the state (a PostgreSQL destination's data and watermark are "
+                "consistent; the next run goes on from its watermark); run apply again"
+            ),
+        ) as lock:
+            yield lock
 
-    def advance_slot(self, slot_name: str, to_lsn: LSN) -> LSN:
+    def advance_slot(self, slot_name: str, to_lsn: LSN, *, statement_timeout_ms: int = 0) -> LSN:
         """Move the slot forward to ``to_lsn``; never backwards, and a repeat is a no-op.
 
-        Returns the slot's confirmed position afterwards.
+        Returns the slot's confirmed position afterwards. Advancing a logical slot decodes the
+        WAL it passes, as long as a peek of it: ``statement_timeout_ms`` bounds it (0: no limit),
+        whatever the server's defaults.
         """
         name = validate_slot_name(slot_name)
         info = self.slot_info(name)
@@ -499,6 +553,7 @@ class PgReplicationHook(PostgresHook):
         if info.confirmed_flush_lsn is not None and to_lsn <= info.confirmed_flush_lsn:
             return info.confirmed_flush_lsn
         with self.connect() as conn:
+            set_statement_timeout(conn, statement_timeout_ms)
             try:
                 row = conn.execute(
                     "SELECT end_lsn FROM pg_replication_slot_advance(%s, %s)", (name, to_lsn)

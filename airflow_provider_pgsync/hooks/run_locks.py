@@ -15,6 +15,8 @@ from typing import Any
 
 import psycopg
 
+from airflow_provider_pgsync.source.sessions import hold_open
+
 CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks (per slot)
 APPLY_LOCK_CLASS = 0x70677361  # 'pgsa': the first key of apply's advisory locks (per pipeline)
 BASELINE_LOCK_CLASS = 0x70677362  # 'pgsb': held by a running baseline (per pipeline, table, lineage)
@@ -35,19 +37,57 @@ def lock_is_held(conn: psycopg.Connection[Any], lock_class: int, key: str) -> bo
     return bool(row and row[0])
 
 
+class HeldLock:
+    """A session advisory lock held on ``conn``; ``ensure_held`` proves it still is."""
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], lock_class: int, key: str, lost: Callable[[str], Exception]
+    ) -> None:
+        self._conn = conn
+        self._lock_class = lock_class
+        self._key = key
+        self._lost = lost
+
+    def ensure_held(self) -> None:
+        """Raise ``lost(<why>)`` unless this session still holds the lock: call it right before a
+        state write or a slot advance. A session that was terminated (``pg_terminate_backend``,
+        a restart, a dropped connection) has lost its lock, and another run may hold it now."""
+        try:
+            row = self._conn.execute(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted"
+                " AND pid = pg_backend_pid() AND objsubid = 2 AND classid = %s"
+                " AND objid = (hashtext(%s)::bigint & 4294967295)::oid)",
+                (self._lock_class, self._key),
+            ).fetchone()
+        except psycopg.Error as exc:
+            raise self._lost(f"its session ended: {str(exc).strip() or type(exc).__name__}") from exc
+        if not row or not row[0]:
+            raise self._lost("its session no longer holds it")
+
+
 @contextmanager
 def session_lock(
-    conn: psycopg.Connection[Any], lock_class: int, key: str, holder: str, busy: Callable[[str], Exception]
-) -> Iterator[None]:
+    conn: psycopg.Connection[Any],
+    lock_class: int,
+    key: str,
+    holder: str,
+    busy: Callable[[str], Exception],
+    lost: Callable[[str], Exception],
+) -> Iterator[HeldLock]:
     """Hold advisory lock (``lock_class``, hash of ``key``) on ``conn`` until the block ends (the
     connection is closed then); raise ``busy(<the holder's description>)`` at once when another
-    session holds it."""
+    session holds it. The block gets a ``HeldLock`` whose ``ensure_held`` raises ``lost(<why>)``.
+
+    The session sits idle while the run works, for minutes or hours: it lifts the server's idle
+    timeouts for itself first (a database or role default would end it, and the lock with it).
+    """
     try:
+        hold_open(conn)
         conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
         row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, key)).fetchone()
         if not row or not row[0]:
             raise busy(lock_holder(conn, lock_class, key))
-        yield
+        yield HeldLock(conn, lock_class, key, lost)
     finally:
         conn.close()  # ends the session, which releases the lock
 

@@ -100,15 +100,17 @@ class PgApplyOperator(BaseOperator):
         )
         ti = context.get("ti")
         holder = f"pgsync apply {self.pipeline} ({getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')})"
-        with hook.apply_lock(self.pipeline, holder):
+        with hook.apply_lock(self.pipeline, holder) as lock:
             state = store.load(self.pipeline)
             run = _Run(Changelog(self.changelog_uri))
             self._find_dead_baselines(hook, run, state)
             for config in self.destinations:
                 self._apply_destination(run, state, config)
+            lock.ensure_held()  # a run that lost its lock records nothing (another may run now)
             saved = update_state(store, self.pipeline, run.record)
             self._discard_backfills(run, state)
             if self.retention is not None:
+                lock.ensure_held()
                 saved = self._prune(store, saved, run.changelog, self.retention)
         summary = run.summary(saved)
         failures = run.unavailable + _errored(saved, [destination_name(c) for c in self.destinations])

@@ -257,6 +257,10 @@ class PgBaselineOperator(BaseOperator):
         session = (
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot)).as_string(conn),
+            # a task reads its range as long as it takes, idle in the transaction while Spark
+            # writes what it read: never cut by a low database or role default
+            "SET LOCAL statement_timeout = 0",
+            "SET LOCAL idle_in_transaction_session_timeout = 0",
             "SET LOCAL TimeZone = 'UTC'",
             "SET LOCAL DateStyle = 'ISO'",
             "SET LOCAL IntervalStyle = 'postgres'",

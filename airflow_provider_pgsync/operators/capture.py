@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
@@ -10,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.source.sessions import timeout_ms
 from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import StateStore
 from airflow_provider_pgsync.state.variable_store import VariableStateStore
@@ -41,6 +43,11 @@ class PgCaptureOperator(BaseOperator):
     :param state_backend: ``variables`` (default) or ``postgres``; :param state_conn_id: the
         control database (the source by default); :param state_schema: its schema.
     :param max_changes: the change limit of one peek.
+    :param peek_statement_timeout: how long each statement of the peek and of the slot advance
+        may run, in seconds or a ``timedelta``; 0 or None (default): no limit. Set on capture's
+        own sessions, so a low ``statement_timeout`` of the database or role never cuts a peek
+        of a large backlog (a cut peek is redone from the start by the next run); bound the
+        whole run with ``execution_timeout`` instead.
     """
 
     template_fields: Sequence[str] = ("pipeline", "slot_name", "publication_name", "changelog_uri")
@@ -57,6 +64,7 @@ class PgCaptureOperator(BaseOperator):
         state_conn_id: str | None = None,
         state_schema: str = "pgsync",
         max_changes: int = 1_000_000,
+        peek_statement_timeout: float | timedelta | None = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -71,6 +79,10 @@ class PgCaptureOperator(BaseOperator):
         self.state_conn_id = state_conn_id
         self.state_schema = state_schema
         self.max_changes = max_changes
+        timeout_ms(peek_statement_timeout, what=f"{self.task_id}: peek_statement_timeout")
+        if isinstance(peek_statement_timeout, timedelta):
+            peek_statement_timeout = peek_statement_timeout.total_seconds()
+        self.peek_statement_timeout = float(peek_statement_timeout or 0)
 
     def execute(self, context: Context) -> dict[str, Any]:
         settings = CaptureSettings(
@@ -79,6 +91,7 @@ class PgCaptureOperator(BaseOperator):
             publication_name=self.publication_name,
             changelog_uri=self.changelog_uri,
             max_changes=self.max_changes,
+            peek_statement_timeout=self.peek_statement_timeout,
         )
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(

@@ -231,6 +231,7 @@ class PipelineConfig:
             "changelog_uri": self.changelog_uri,
             **self._source_and_state(),
             "max_changes": self.limits.max_changes,
+            "peek_statement_timeout": self.limits.peek_statement_timeout,
         }
 
     def apply_kwargs(self) -> dict[str, Any]:

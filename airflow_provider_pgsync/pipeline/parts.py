@@ -308,16 +308,24 @@ def schedule_problem(value: object) -> str | None:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """Batch sizes: changes of one capture peek, and changes and bytes of one apply batch."""
+    """Batch sizes: changes of one capture peek, and changes and bytes of one apply batch; and
+    how long each statement of capture's peek and slot advance may run (0: no limit, the
+    default: ``CaptureSettings.peek_statement_timeout`` says why)."""
 
     max_changes: int = 1_000_000
     batch_rows: int = 1_000_000
     batch_bytes: int = 256 * 2**20
+    peek_statement_timeout: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
         checks = Checks()
         for name in ("max_changes", "batch_rows", "batch_bytes"):
             _positive_int(checks, name, getattr(self, name))
+        timeout = self.peek_statement_timeout
+        if not isinstance(timeout, timedelta) or timeout < timedelta(0):
+            checks.add("peek_statement_timeout", f"must be a duration of zero or more, not {timeout!r}")
+        elif timeout % timedelta(seconds=1):
+            checks.add("peek_statement_timeout", f"must be whole seconds, not {timeout}")
         checks.raise_any("limits")
 
     def to_mapping(self) -> dict[str, Any]:
@@ -325,6 +333,7 @@ class BatchLimits:
             "max_changes": self.max_changes,
             "batch_rows": self.batch_rows,
             "batch_bytes": self.batch_bytes,
+            "peek_statement_timeout": format_duration(self.peek_statement_timeout),
         }
 
 

@@ -57,6 +57,7 @@ A complete file (every key shown; only the first three are required)::
           max_changes: 1000000          # capture: changes of one peek
           batch_rows: 1000000           # apply: changes handed to a destination at once
           batch_bytes: 268435456        # apply: about the bytes of changes held for one batch
+          peek_statement_timeout: 0s    # capture: each statement of a peek or advance (0s: no limit)
 """
 
 from __future__ import annotations

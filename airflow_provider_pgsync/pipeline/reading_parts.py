@@ -60,7 +60,7 @@ _SECTION_KEYS: dict[str, dict[str, ValueType]] = {
     "spark": {"conn_id": STR, "conf": MAPPING, "jars": OPT_STR, "submit_options": MAPPING},
     "baseline": {"target_partition_mb": NUMBER, "copy_path": STR, "fetch_size": INT},
     "schedules": {"cdc": SCHEDULE, "compact": SCHEDULE},
-    "limits": {"max_changes": INT, "batch_rows": INT, "batch_bytes": INT},
+    "limits": {"max_changes": INT, "batch_rows": INT, "batch_bytes": INT, "peek_statement_timeout": STR},
 }
 
 
@@ -177,12 +177,13 @@ def read_section(key: str, data: object, path: str, problems: list[ConfigProblem
     values = read_mapping(data, path, problems, _SECTION_KEYS[key])
     if values is None:
         return None
-    if "retention" in values:
-        try:
-            values["retention"] = parse_duration(values["retention"])
-        except ConfigError as exc:
-            problems.append(ConfigProblem(join_path(path, "retention"), str(exc)))
-            return None
+    for name in ("retention", "peek_statement_timeout"):  # durations
+        if name in values:
+            try:
+                values[name] = parse_duration(values[name])
+            except ConfigError as exc:
+                problems.append(ConfigProblem(join_path(path, name), str(exc)))
+                return None
     return build(SECTIONS[key], path, problems, **values)
 
 

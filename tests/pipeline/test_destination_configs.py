@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_pgsync.destinations.lake import METASTORES
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
@@ -60,7 +61,7 @@ def test_a_fillfactor_is_an_integer_from_10_to_100(fillfactor: object) -> None:
 
 def test_the_postgres_destination_takes_its_config(monkeypatch: pytest.MonkeyPatch) -> None:
     class Hook:
-        connection = SimpleNamespace(password=None)
+        connection = SimpleNamespace(password=None, extra_dejson={"keepalives_idle": 5})
 
         def __init__(self, postgres_conn_id: str) -> None:
             assert postgres_conn_id == "replica_db"
@@ -70,12 +71,22 @@ def test_the_postgres_destination_takes_its_config(monkeypatch: pytest.MonkeyPat
 
     class Recorded(PostgresDestination):
         def __init__(self, conninfo: str, **kwargs: Any) -> None:  # no connection
+            self.conninfo = conninfo
             self.kwargs = kwargs
 
     monkeypatch.setattr(replication_module, "PgReplicationHook", Hook)
     config = PostgresDestinationConfig("replica_db", name="replica", control_schema="ctl", fillfactor=100)
     destination = Recorded.from_config(config.to_mapping())
     assert destination.kwargs == {"name": "replica", "control_schema": "ctl", "fillfactor": 100}
+    # TCP keepalives: pgsync's defaults, except where the connection's extras set their own
+    assert conninfo_to_dict(destination.conninfo) == {
+        "host": "replica",
+        "dbname": "shop",
+        "keepalives": "1",
+        "keepalives_idle": "5",
+        "keepalives_interval": "10",
+        "keepalives_count": "6",
+    }
 
 
 CUSTOM = {"kind": "custom", "class": "my_pkg.dest.SqliteDestination", "name": "sqlite", "path": "/data/x.db"}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.operators import capture as capture_module
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
@@ -55,3 +56,22 @@ def test_python_api_mistakes_name_the_field() -> None:
         TableConfig("orders", ("",))
     with pytest.raises(PipelineConfigError, match=r"- retention: must be a duration"):
         ChangelogConfig(retention=timedelta(hours=-1))
+
+
+def test_the_peek_statement_timeout_reaches_capture_and_has_its_default() -> None:
+    assert BatchLimits().peek_statement_timeout == timedelta(0)  # no limit
+    assert default_of(PgCaptureOperator, "peek_statement_timeout") == 0
+    limits = BatchLimits(peek_statement_timeout=timedelta(minutes=30))
+    assert limits.to_mapping()["peek_statement_timeout"] == "30m"
+    from airflow_provider_pgsync.pipeline.config import PipelineConfig
+
+    config = PipelineConfig.from_mapping(
+        {"name": "shop", "source_conn_id": "db", "tables": ["t"], "limits": {"peek_statement_timeout": "30m"}}
+    )
+    kwargs = config.capture_kwargs()
+    assert kwargs["peek_statement_timeout"] == timedelta(minutes=30)
+    assert PgCaptureOperator(task_id="capture", **kwargs).peek_statement_timeout == 1800.0
+    with pytest.raises(PipelineConfigError, match=r"- peek_statement_timeout: must be a duration"):
+        BatchLimits(peek_statement_timeout=timedelta(seconds=-1))
+    with pytest.raises(ConfigError, match=r"capture: peek_statement_timeout must be a number of seconds"):
+        PgCaptureOperator(task_id="capture", **{**kwargs, "peek_statement_timeout": -1})

@@ -117,6 +117,8 @@ MISTAKES: list[tuple[dict[str, Any], str, list[str]]] = [
     ({"limits": {"batch_rows": "1M"}}, "limits.batch_rows", ["integer"]),
     ({"limits": {"max_changes": -1}}, "limits.max_changes", ["positive integer"]),
     ({"limits": {"batch_bytes": True}}, "limits.batch_bytes", ["integer", "boolean"]),
+    ({"limits": {"peek_statement_timeout": "soon"}}, "limits.peek_statement_timeout", ["36h, 7d"]),
+    ({"limits": {"peek_statement_timeout": 30}}, "limits.peek_statement_timeout", ["must be a string"]),
 ]  # fmt: skip
 
 
