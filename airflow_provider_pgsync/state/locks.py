@@ -22,6 +22,7 @@ import psycopg
 
 from airflow_provider_pgsync.errors import ConfigError, LockTimeoutError, SourceUnavailableError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.source.sessions import hold_open, set_statement_timeout
 
 Connect: TypeAlias = Callable[[], "psycopg.Connection[Any]"]
 """A callable returning a new psycopg 3 connection (e.g. ``lambda: psycopg.connect(dsn)``)."""
@@ -81,6 +82,10 @@ class AdvisoryLock:
         conn = self._connect()
         try:
             conn.autocommit = False
+            # the wait for the lock is bounded by lock_timeout (below), not by a database or role
+            # statement_timeout; and the transaction sits idle while the caller works under it
+            set_statement_timeout(conn, 0, local=True)
+            hold_open(conn, local=True)
             if self.timeout is not None and self.timeout <= 0:
                 if not _scalar(conn, "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", self.key):
                     raise self._busy()
