@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.sessions import hold_open, set_statement_timeout
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 
 
@@ -53,6 +54,10 @@ def copy_partition(
             out = psycopg.connect(sink.conninfo, autocommit=False)
             for statement in TEXT_OUTPUT:
                 out.execute(statement)
+            # a partition's COPY into the replica runs as long as it takes, and its transaction
+            # waits while the other sinks and the source get ready: not cut by the replica's defaults
+            set_statement_timeout(out, 0, local=True)
+            hold_open(out, local=True)
             claimed = out.execute(
                 sql.SQL(
                     "INSERT INTO {} (staging, part, rows) VALUES (%s, %s, 0) ON CONFLICT DO NOTHING"
