@@ -129,7 +129,7 @@ class PgReplicationHook(PostgresHook):
 
     def _create_connection(self, conn_args: dict[str, Any]) -> Any:
         # PostgresHook.get_conn passes the connection's extras here as libpq parameters: TCP
-        # keepalives are added where the extras set none (hooks/sessions.py says why)
+        # keepalives are added where the extras set none (source/sessions.py says why)
         return super()._create_connection(with_keepalives(conn_args))
 
     def _describe_target(self) -> str:
@@ -490,8 +490,8 @@ class PgReplicationHook(PostgresHook):
             holder,
             lambda other: CaptureBusyError(name, other),
             lambda why: LockLostError(
-                f"capture of slot {name} lost its lock ({why}): it stopped before saving its state "
-                "and advancing the slot, and nothing of this batch is lost (the next run peeks it "
+                f"capture of slot {name} lost its lock ({why}): it stopped before its next state "
+                "write or slot advance, and nothing of this batch is lost (the next run peeks it "
                 "again); run capture again, and if this repeats find what ends its session "
                 "(pg_terminate_backend, a server restart, a proxy or firewall closing connections)"
             ),

@@ -90,7 +90,7 @@ def test_a_terminated_lock_session_is_a_lost_lock(database: Database, source_con
     assert lost.value.retryable
     message = str(lost.value)
     assert message.startswith("capture of slot slot_a lost its lock (its session ended: ")
-    assert "before saving its state and advancing the slot" in message
+    assert "it stopped before its next state write or slot advance" in message
     assert "run capture again" in message and "pg_terminate_backend" in message
     with hook.capture_lock("slot_a", "t capture again") as lock:  # a new run takes it
         lock.ensure_held()
