@@ -169,11 +169,30 @@ def _shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
-_TLS_SIGNS = ("certificate", "ssl", "tls", "pkix", "hostname", "host name", "handshake")
+# phrases of libpq (also under ADBC), OpenSSL and pgjdbc when TLS refuses a connection
+_TLS_SIGNS = (
+    "certificate verify failed",
+    "server certificate",
+    "root certificate",
+    "certificate has expired",
+    "bad certificate",
+    "unknown ca",
+    "does not match host name",
+    "could not be verified",
+    "pkix path",
+    "sslhandshakeexception",
+    "ssl error",
+    "ssl syscall",
+    "ssl connection",
+    "support ssl",
+    "no encryption",
+    "sslmode",
+    "sslrootcert",
+)
 
 
 def tls_remedy(message: str) -> str:
-    """What to check when a connection error ``message`` (libpq, pgjdbc or ADBC) is about TLS; ''
+    """What to check when a connection error ``message`` (libpq, ADBC or pgjdbc) is about TLS; ''
     when it is not."""
     lowered = message.lower()
     if not any(sign in lowered for sign in _TLS_SIGNS):

@@ -21,6 +21,7 @@ import pytest
 
 from pgcluster import SUPERUSER, Cluster, default_base_dir, dev_password, server_user
 from tests.conftest import Database, free_port
+from tests.dags.conftest import make_pipeline_dags  # noqa: F401 (the fixture, for test_tls_pipeline)
 from tests.hooks.tls_certs import make_authority, server_certificate
 
 
