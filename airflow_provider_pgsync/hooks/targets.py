@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -180,6 +180,7 @@ _TLS_SIGNS = (
     "does not match host name",
     "could not be verified",
     "pkix path",
+    "certification path",
     "sslhandshakeexception",
     "ssl error",
     "ssl syscall",
@@ -202,3 +203,13 @@ def tls_remedy(message: str) -> str:
         "file on the Airflow worker and every Spark node) and, with sslmode=verify-full, name the "
         "connection's host (DNS or IP subject alternative name)"
     )
+
+
+def tls_note(error: str, conn_ids: Sequence[str]) -> str:
+    """`` (Airflow connection 'a' or 'b': <remedy>)`` when ``error`` (e.g. a Spark task's) is a TLS
+    refusal; '' otherwise. ``conn_ids`` are the connections the failed work used."""
+    remedy = tls_remedy(error)
+    if not remedy:
+        return ""
+    names = " or ".join(repr(c) for c in dict.fromkeys(conn_ids))
+    return f" (Airflow connection {names}: {remedy})"

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from pgcluster import SUPERUSER, Cluster, default_base_dir, dev_password, server_user
 from tests.conftest import Database, free_port
@@ -30,6 +33,35 @@ class TlsServer:
     cluster: Cluster
     ca_file: Path
     other_ca_file: Path
+    certificates: dict[str, tuple[bytes, bytes]]
+    """``trusted`` (the test CA's, which the server starts with) and ``untrusted`` (the other CA's):
+    ``(certificate, key)`` PEM for the same names."""
+
+    def serve(self, which: str) -> None:
+        """Switch the server to certificate ``which`` for new connections (a reload; open
+        sessions keep theirs) and wait until a new verify-full connection sees the switch."""
+        cert, key = self.certificates[which]
+        self.cluster.install_file("data/server.crt", cert, 0o644)
+        self.cluster.install_file("data/server.key", key, 0o600)
+        with psycopg.connect(self.cluster.conninfo("postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+        probe = make_conninfo(
+            self.cluster.conninfo("postgres"),
+            host="localhost",
+            sslmode="verify-full",
+            sslrootcert=str(self.ca_file),
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(probe, connect_timeout=5).close()
+                trusted = True
+            except psycopg.OperationalError:
+                trusted = False
+            if trusted == (which == "trusted"):
+                return
+            assert time.monotonic() < deadline, f"the server did not switch to the {which} certificate"
+            time.sleep(0.05)
 
     def connection(self, database: str, *, host: str = "localhost", **extra: Any) -> str:
         """An ``AIRFLOW_CONN_*`` value (JSON) for ``database`` on this server with ``extra``."""
@@ -54,7 +86,12 @@ class TlsServer:
 @pytest.fixture(scope="session")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
     ca, other = make_authority("pgsync test CA"), make_authority("pgsync untrusted CA")
-    cert, key = server_certificate(ca, dns=("localhost",), ips=("127.0.0.1",))
+    names = {"dns": ("localhost",), "ips": ("127.0.0.1",)}
+    certificates = {
+        "trusted": server_certificate(ca, **names),
+        "untrusted": server_certificate(other, **names),
+    }
+    cert, key = certificates["trusted"]
     folder = tmp_path_factory.mktemp("tls") / "ca dir&sslmode=disable?#%20 'x'"
     folder.mkdir()
     ca_file, other_ca_file = folder / "root ca+1.pem", folder / "other.pem"
@@ -78,7 +115,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
         cluster.install_file("data/server.crt", cert, 0o644)
         cluster.install_file("data/server.key", key, 0o600)
         cluster.start()
-        yield TlsServer(cluster, ca_file, other_ca_file)
+        yield TlsServer(cluster, ca_file, other_ca_file, certificates)
     finally:
         cluster.destroy()
 

@@ -351,3 +351,15 @@ def test_pgjdbc_reads_exactly_the_values_given(tmp_path: Path) -> None:
         assert seen == {
             "PGDBNAME": target.database, "PGHOST": host, "PGPORT": str(target.port), **dict(target.ssl)
         }  # fmt: skip
+
+
+def test_the_triggers_check_the_tls_extras_too() -> None:
+    from airflow.sdk import Connection
+
+    from airflow_provider_pgsync.triggers.connection import connection_args
+
+    conn = Connection(conn_id=CONN, conn_type="postgres", host="db.example.com")
+    with pytest.raises(ConfigError, match=rf"{CONN!r}: extra 'sslmode'"):
+        connection_args(conn, {"sslmode": "verify-full host=evil"}, application_name="pgsync test")
+    args = connection_args(conn, {"sslmode": "verify-full", "sslrootcert": "/ca.pem"}, application_name="x")
+    assert (args["sslmode"], args["sslrootcert"]) == ("verify-full", "/ca.pem")

@@ -6,15 +6,19 @@ Real PostgreSQL, real Airflow (``dag.test()``), real Spark."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from airflow_provider_pgsync.errors import SourceUnavailableError
+from airflow_provider_pgsync.errors import BaselineError, SourceUnavailableError
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
-from airflow_provider_pgsync.state.model import Ready
+from airflow_provider_pgsync.state.model import Errored, Ready
+from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
@@ -56,7 +60,8 @@ def tls_databases(tls_server: TlsServer, monkeypatch: pytest.MonkeyPatch) -> Ite
 
 def _write(database: Database, first: int, last: int) -> None:
     database.execute(
-        "INSERT INTO items SELECT g, 'item ' || g, g * 1.5 FROM generate_series(%s::int, %s::int) g", (first, last)
+        "INSERT INTO items SELECT g, 'item ' || g, g * 3 FROM generate_series(%s::int, %s::int) g",
+        (first, last),
     )
 
 
@@ -69,7 +74,7 @@ def test_pipeline_over_verify_full(
     lake: Path,
     copy_path: str,
 ) -> None:
-    database.execute("CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(10,2))")
+    database.execute("CREATE TABLE items (id int PRIMARY KEY, name text, price bigint)")
     _write(database, 1, 300)
     pipeline = make_pipeline_dags(
         ["items"],
@@ -135,3 +140,64 @@ def test_baseline_with_an_unknown_ca_fails_naming_the_connection(
     assert f"Airflow connection {source_conn_id!r}" in message
     assert "certificate verify failed" in message and "sslrootcert" in message
     assert [p.name for p in lake.iterdir()] == ["metastore_db"], "something was written to the lake"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("copy_path", ["off", "auto"])
+def test_a_tls_refusal_inside_spark_fails_the_baseline_naming_the_connection(
+    tls_server: TlsServer,
+    database: Database,
+    source_conn_id: str,
+    replica: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    lake: Path,
+    copy_path: str,
+) -> None:
+    """The worker's connections succeed, then the server switches to a certificate of an unknown
+    CA before the Spark tasks connect (as when the CA file on the Spark nodes is not the worker's):
+    pgjdbc (copy_path off) or ADBC (auto) refuses, and the task's error names the source
+    connection and the TLS remedy. The state lives on another server, so it records the failure."""
+    database.execute("CREATE TABLE items (id int PRIMARY KEY)")
+    database.execute("INSERT INTO items SELECT generate_series(1, 10)")
+    plain = replica.cluster.url(replica.name, with_password=True)  # the session's server, no TLS needed
+    monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_PLAIN_STATE", plain)
+    operator = PgBaselineOperator(
+        task_id="baseline",
+        pipeline="tls",
+        table=TABLE,
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+        state_conn_id="pgsync_plain_state",
+        copy_path=copy_path,
+    )
+    switched = threading.Event()
+
+    def switch_when_the_snapshot_is_held() -> None:
+        # the snapshot-holding session waits idle in its transaction while spark-submit starts
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            held = database.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND state = 'idle in transaction'"
+            )
+            if held[0][0]:
+                tls_server.serve("untrusted")
+                switched.set()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=switch_when_the_snapshot_is_held, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(BaselineError) as raised:
+            operator.execute({"ti": None})  # type: ignore[typeddict-item]
+    finally:
+        watcher.join(timeout=150)
+        tls_server.serve("trusted")
+    assert switched.is_set(), "the snapshot session was never seen: the test proved nothing"
+    message = str(raised.value)
+    assert message.startswith("baseline of public.items failed in Spark: "), message
+    assert f"(Airflow connection {source_conn_id!r}: TLS: " in message, message
+    store = PostgresStateStore(PgReplicationHook(postgres_conn_id="pgsync_plain_state"))
+    phase = store.load("tls").table(TABLE).phase
+    assert isinstance(phase, Errored) and "failed in Spark" in phase.reason
