@@ -198,6 +198,9 @@ def test_a_tls_refusal_inside_spark_fails_the_baseline_naming_the_connection(
     message = str(raised.value)
     assert message.startswith("baseline of public.items failed in Spark: "), message
     assert f"(Airflow connection {source_conn_id!r}: TLS: " in message, message
+    # the driver's own reason: pgjdbc's (Java's certificate path check) or libpq's under ADBC
+    reason = "unable to find valid certification path" if copy_path == "off" else "certificate verify failed"
+    assert reason in message, message
     store = PostgresStateStore(PgReplicationHook(postgres_conn_id="pgsync_plain_state"))
     phase = store.load("tls").table(TABLE).phase
     assert isinstance(phase, Errored) and "failed in Spark" in phase.reason
