@@ -19,7 +19,7 @@ import pwd
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -108,6 +108,10 @@ class Cluster:
     root: Path
     port: int = DEFAULT_PORT
     wal_level: str = "logical"
+    settings: dict[str, str] = field(default_factory=dict)
+    """More postgresql.conf settings, written as given (e.g. ``{"ssl": "on"}``); they win over ours."""
+    hba_first: tuple[str, ...] = ()
+    """pg_hba.conf lines put before initdb's (the first matching line decides)."""
 
     @property
     def datadir(self) -> Path:
@@ -174,6 +178,7 @@ class Cluster:
             "full_page_writes": "off",
             "logical_decoding_work_mem": "64MB",
             "max_wal_size": "4GB",
+            **self.settings,
         }
         text = "".join(f"{key} = {value}\n" for key, value in settings.items())
         conf = self.datadir / "pgsync.conf"
@@ -184,6 +189,30 @@ class Cluster:
         if "include_if_exists = 'pgsync.conf'" not in main.read_text():
             with main.open("a") as f:
                 f.write("\ninclude_if_exists = 'pgsync.conf'\n")
+        self._write_hba()
+
+    def _write_hba(self) -> None:
+        """Put ``hba_first`` at the top of pg_hba.conf, between markers (rewritten at each start)."""
+        hba = self.datadir / "pg_hba.conf"
+        begin, end = "# pgsync: begin\n", "# pgsync: end\n"
+        text = hba.read_text()
+        if begin in text:
+            text = text[: text.index(begin)] + text[text.index(end) + len(end) :]
+        if self.hba_first:
+            text = begin + "".join(f"{line}\n" for line in self.hba_first) + end + text
+        hba.write_text(text)
+
+    def install_file(self, name: str, data: bytes, mode: int = 0o600) -> Path:
+        """Write ``data`` to ``name`` in the cluster's folder, owned by the server's OS user with
+        ``mode`` (e.g. a TLS key for ``ssl_key_file``, which the server wants private)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / name
+        path.write_bytes(data)
+        os.chmod(path, mode)
+        if self.user is not None:
+            shutil.chown(self.root, self.user)
+            shutil.chown(path, self.user)
+        return path
 
     def running(self) -> bool:
         if not self.initialised():

@@ -124,19 +124,28 @@ class PostgresDestination(Destination):
             )
         # imported here: the destination itself runs without Airflow (e.g. under the test kit)
         from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+        from airflow_provider_pgsync.hooks.targets import tls_remedy
 
-        hook = PgReplicationHook(postgres_conn_id=str(data["conn_id"]))
+        conn_id = str(data["conn_id"])
+        hook = PgReplicationHook(postgres_conn_id=conn_id)
+        # libpq_target checks the connection's fields and carries its TLS extras
         conninfo = make_conninfo(
             hook.libpq_target(),
             password=hook.connection.password or None,
             **keepalive_args(hook.connection.extra_dejson),  # the connection's own extras win
         )
-        return cls(
-            conninfo,
-            name=str(data.get("name", "postgres")),
-            control_schema=str(data.get("control_schema", "pgsync")),
-            fillfactor=data.get("fillfactor", DEFAULT_FILLFACTOR),
-        )
+        try:
+            return cls(
+                conninfo,
+                name=str(data.get("name", "postgres")),
+                control_schema=str(data.get("control_schema", "pgsync")),
+                fillfactor=data.get("fillfactor", DEFAULT_FILLFACTOR),
+            )
+        except DestinationUnavailableError as exc:
+            remedy = tls_remedy(str(exc))
+            raise DestinationUnavailableError(
+                f"{exc} (Airflow connection {conn_id!r}{'; ' + remedy if remedy else ''})"
+            ) from exc
 
     # ---- lifecycle
 

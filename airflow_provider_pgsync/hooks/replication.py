@@ -16,7 +16,6 @@ from typing import Any
 import psycopg
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import tuple_row
 
 from airflow_provider_pgsync.errors import (
@@ -41,6 +40,7 @@ from airflow_provider_pgsync.hooks.run_locks import (
     session_lock,
 )
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot, export_snapshot
+from airflow_provider_pgsync.hooks.targets import Target, check_ssl_extras, make_target, tls_remedy
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
@@ -109,14 +109,11 @@ class PgReplicationHook(PostgresHook):
 
     def connect(self, *, autocommit: bool = True) -> psycopg.Connection[Any]:
         """A new psycopg 3 connection to the source with pg_lsn mapped to ``LSN``."""
+        check_ssl_extras(self._conn_id, self.connection.extra_dejson)
         try:
             conn = self.get_conn()
         except psycopg.OperationalError as exc:
-            target = self._describe_target()
-            raise SourceUnavailableError(
-                f"cannot connect to the source {target}: {str(exc).strip()}; check that the server "
-                f"runs and connection {getattr(self, self.conn_name_attr)!r} is right"
-            ) from exc
+            raise SourceUnavailableError(self._connect_failure(exc)) from exc
         if not isinstance(conn, psycopg.Connection):
             raise ConfigError(
                 "PgReplicationHook needs psycopg 3 (PostgresHook falls back to psycopg2 only when "
@@ -132,36 +129,51 @@ class PgReplicationHook(PostgresHook):
         # keepalives are added where the extras set none (source/sessions.py says why)
         return super()._create_connection(with_keepalives(conn_args))
 
-    def _describe_target(self) -> str:
+    @property
+    def _conn_id(self) -> str:
+        return str(getattr(self, self.conn_name_attr))
+
+    def target(self) -> Target:
+        """The connection's host, port, database, login and TLS extras, checked (ConfigError)."""
         c = self.connection
-        return f"{c.host}:{c.port or 5432}/{self.database or c.schema}"
+        return make_target(
+            self._conn_id,
+            host=c.host,
+            port=c.port,
+            database=self.database or c.schema,
+            user=c.login,
+            extras=c.extra_dejson,
+        )
+
+    def _describe_target(self) -> str:
+        try:
+            return self.target().describe()
+        except ConfigError:
+            c = self.connection
+            return repr(f"{c.host}:{c.port or 5432}/{self.database or c.schema}")[:200]
+
+    def _connect_failure(self, exc: Exception) -> str:
+        """The message of a failed connection: the target, the server's or libpq's reason, the remedy."""
+        reason = str(exc).strip()
+        remedy = tls_remedy(reason) or "check that the server runs and the connection is right"
+        return (
+            f"cannot connect to the source {self._describe_target()} (Airflow connection "
+            f"{self._conn_id!r}): {reason}; {remedy}"
+        )
 
     def jdbc_target(self) -> tuple[str, str, str | None]:
         """``(JDBC URL, user, password)`` of the source for Spark; the URL holds no secret.
 
-        The connection's ``sslmode``, ``sslrootcert``, ``sslcert`` and ``sslkey`` extras carry over.
+        The connection's ``sslmode``, ``sslrootcert``, ``sslcert`` and ``sslkey`` extras carry
+        over, percent-encoded; every field is checked first (``hooks.targets``).
         """
-        c = self.connection
-        database = self.database or c.schema or "postgres"
-        url = f"jdbc:postgresql://{c.host or 'localhost'}:{c.port or 5432}/{database}"
-        extra = c.extra_dejson
-        params = [f"{k}={extra[k]}" for k in ("sslmode", "sslrootcert", "sslcert", "sslkey") if extra.get(k)]
-        if params:
-            url += "?" + "&".join(params)
-        return url, c.login or "", c.password or None
+        target = self.target()
+        return target.jdbc_url(), target.user, self.connection.password or None
 
     def libpq_target(self) -> str:
-        """The source as a libpq connection string without the password (for Spark tasks)."""
-        c = self.connection
-        extra = c.extra_dejson
-        ssl = {k: extra[k] for k in ("sslmode", "sslrootcert", "sslcert", "sslkey") if extra.get(k)}
-        return make_conninfo(
-            host=c.host or "localhost",
-            port=c.port or 5432,
-            dbname=self.database or c.schema or "postgres",
-            user=c.login or "",
-            **ssl,
-        )
+        """The source as a libpq connection string without the password (for Spark tasks), with
+        the connection's TLS extras; every field is checked first (``hooks.targets``)."""
+        return self.target().conninfo()
 
     @contextmanager
     def baseline_snapshot(

@@ -22,6 +22,7 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import TableRef
@@ -87,7 +88,8 @@ class PgBackfillOperator(PgBaselineOperator):
                 )
                 result = self._run_job(spec)
             if not result.ok:
-                raise BaselineError(f"backfill of {key} failed in Spark: {result.error}")
+                failure = f"backfill of {key} failed in Spark: {result.error}"
+                raise BaselineError(failure + tls_note(failure, self._conn_ids()))
             backfill = Backfill(
                 id=backfill_id,
                 condition=condition,

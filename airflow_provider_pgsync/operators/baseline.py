@@ -30,6 +30,7 @@ from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.baseline_destinations import (
     ReplicaBaselines,
     check_custom,
@@ -193,7 +194,8 @@ class PgBaselineOperator(BaseOperator):
                 self._fail(store, key, names, lineage, exc)
                 raise
             if not result.ok:
-                error = BaselineError(f"baseline of {key} failed in Spark: {result.error}")
+                failure = f"baseline of {key} failed in Spark: {result.error}"
+                error = BaselineError(failure + tls_note(failure, self._conn_ids()))
                 self._fail(store, key, names, lineage, error)
                 raise error
             done = SyncDone(
@@ -297,6 +299,11 @@ class PgBaselineOperator(BaseOperator):
             stage_as=stage_as,
             lineage=lineage,
         )
+
+    def _conn_ids(self) -> list[str]:
+        """The Airflow connections a Spark job of this operator uses: the source's and its replicas'."""
+        replicas = (str(d.get("conn_id")) for d in self.destinations if destination_kind(d) == "postgres")
+        return [self.postgres_conn_id, *replicas]
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:
         _, _, password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).jdbc_target()

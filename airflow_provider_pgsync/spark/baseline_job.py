@@ -321,6 +321,9 @@ def summarise(exc: BaseException) -> str:
     a JDBC or conversion error in several task and job failures).
     """
     java = getattr(exc, "java_exception", None)
+    origin = getattr(exc, "_origin", None)  # the Java error PySpark converted (e.g. AnalysisException)
+    if java is None and origin is not None and origin.getCause() is not None:
+        java = origin  # its message is Spark's summary; the reason (e.g. pgjdbc's) is in its causes
     if java is None:
         return f"{type(exc).__name__}: {_first_line(str(exc))}"[:2000]
     messages: list[str] = []

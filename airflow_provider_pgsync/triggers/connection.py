@@ -18,6 +18,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_pgsync.errors import ConfigError, SourceUnavailableError
+from airflow_provider_pgsync.hooks.targets import check_ssl_extras, tls_remedy
 
 
 def connection_args(conn: Any, extra: dict[str, Any], *, application_name: str) -> dict[str, Any]:
@@ -27,6 +28,7 @@ def connection_args(conn: Any, extra: dict[str, Any], *, application_name: str) 
             f"connection {conn.conn_id!r} uses IAM authentication, which the pgsync triggers do not "
             "support: run the sensor with deferrable=False"
         )
+    check_ssl_extras(conn.conn_id, extra)  # a bad sslmode is named here, not as libpq's bare complaint
     args: dict[str, Any] = {
         "host": conn.host,
         "port": conn.port,
@@ -55,7 +57,8 @@ async def connect(conn_id: str, *, application_name: str) -> psycopg.AsyncConnec
         return await psycopg.AsyncConnection.connect(autocommit=True, **args)
     except psycopg.OperationalError as exc:
         target = f"{args.get('host', 'localhost')}:{args.get('port', 5432)}/{args.get('dbname', '')}"
+        reason = str(exc).strip()
+        remedy = tls_remedy(reason) or "check that the server runs and the connection is right"
         raise SourceUnavailableError(
-            f"cannot connect to {target} (Airflow connection {conn_id!r}): {str(exc).strip()}; check "
-            "that the server runs and the connection is right"
+            f"cannot connect to {target} (Airflow connection {conn_id!r}): {reason}; {remedy}"
         ) from exc
