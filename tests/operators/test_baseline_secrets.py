@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,7 +62,7 @@ def _operator(**kwargs: Any) -> PgBaselineOperator:
     )
     return PgBaselineOperator(
         task_id="baseline",
-        pipeline="secrets_test",
+        pipeline="by_reference",
         table=TABLE,
         postgres_conn_id="secret_source",
         state_backend="postgres",
@@ -155,3 +159,134 @@ def test_no_master_gets_a_password(
         assert conf["spark.yarn.appMasterEnv.PGPASSFILE"] == driver
     if kubernetes:
         assert conf["spark.kubernetes.driverEnv.PGPASSFILE"] == driver
+
+
+# ---- a real baseline, watched ----------------------------------------------------------------
+
+LOCAL_CLUSTER = "local-cluster[2,1,1024]"
+
+
+class CommandLines(threading.Thread):
+    """Reads every process's command line (``/proc/*/cmdline`` and ``ps -eo args``) every 50 ms
+    until stopped: which held ``needle``, and which Spark processes were seen."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__(daemon=True)
+        self.needle = needle.encode()
+        self.found: list[str] = []
+        self.seen: set[str] = set()
+        self.scans = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            lines = [line.replace(b"\0", b" ") for line in _read_cmdlines()]
+            lines += subprocess.run(
+                ["ps", "-eo", "args"], capture_output=True, check=True
+            ).stdout.splitlines()
+            for line in lines:
+                if self.needle in line:
+                    self.found.append(line.decode(errors="replace")[:300])
+                for mark in ("org.apache.spark.deploy.SparkSubmit", "CoarseGrainedExecutorBackend"):
+                    if mark.encode() in line:
+                        self.seen.add(mark)
+            self.scans += 1
+            self._halt.wait(0.05)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+
+def _cmdline_files() -> Iterator[Path]:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            path = proc / "cmdline"
+            try:
+                path.stat()
+            except OSError:  # gone meanwhile
+                continue
+            yield path
+
+
+def _read_cmdlines() -> list[bytes]:
+    out = []
+    for path in _cmdline_files():
+        try:
+            out.append(path.read_bytes())
+        except OSError:
+            continue
+    return out
+
+
+def _wait_until(what: str, done: Any, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_baseline_shows_no_password_anywhere(
+    role: SecretRole,
+    database: Database,
+    lake: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two baselines on ``local-cluster`` (executors in their own JVMs and Python workers): JDBC
+    into the lake plus the PostgreSQL destination, then the Arrow path; the password is needed
+    by every connection, and no process's command line, event log line or log line shows it."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_LOCAL_CLUSTER", json.dumps({"conn_type": "spark", "host": LOCAL_CLUSTER})
+    )
+    events = tmp_path / "events"
+    events.mkdir()
+    spark_conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
+    scanner = CommandLines(role.token)
+
+    # the scanner finds a password on a command line (it can fail) ...
+    planted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", role.password])
+    try:
+        scanner.start()
+        _wait_until("the scanner to see the planted password", lambda: scanner.found)
+    finally:
+        planted.kill()
+        planted.wait()
+    _wait_until(
+        "the planted process to be gone", lambda: not any(role.token.encode() in c for c in _read_cmdlines())
+    )
+    scanner.found.clear()
+
+    # ... and finds none while the baselines run
+    try:
+        jdbc = _operator(spark_conn_id="spark_local_cluster", copy_path="off", spark_conf=spark_conf).execute(
+            {"ti": None}  # type: ignore[typeddict-item]
+        )
+        arrow = _operator(
+            spark_conn_id="spark_local_cluster",
+            copy_path="auto",
+            rebaseline=True,
+            destinations=[{"kind": "lake"}],
+            spark_conf=spark_conf,
+        ).execute({"ti": None})  # type: ignore[typeddict-item]
+    finally:
+        scanner.stop()
+
+    assert jdbc["rows"] == arrow["rows"] == 3000
+    assert [w["kind"] for w in jdbc["written"]] == ["lake", "postgres"]
+    assert scanner.found == [], "a command line showed the password"
+    assert scanner.seen == {"org.apache.spark.deploy.SparkSubmit", "CoarseGrainedExecutorBackend"}
+    assert scanner.scans > 20
+    assert len(list(events.iterdir())) == 2  # one event log (a folder of rolled files) per job
+    for log in (p for p in events.rglob("*") if p.is_file()):
+        text = log.read_text(errors="replace")
+        assert role.token not in text, f"the event log {log} shows the password"
+    everything = "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
+    assert everything.count(f'"spark.executorEnv.PGPASSFILE":"{PASSFILE_NAME}"') == 2
+    out, err = capfd.readouterr()
+    assert "CoarseGrainedExecutorBackend" in out + err or "pgsync baseline" in out + err
+    for text in (out, err, caplog.text):
+        assert role.token not in text, "a log shows the password"
