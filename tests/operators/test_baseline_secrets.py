@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 from airflow.providers.apache.spark.hooks import spark_submit as provider_spark_submit
 
-from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME
+from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME, PassEntry, write_passfile
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
 from airflow_provider_pgsync.operators.baseline_destinations import ReplicaBaselines
 from airflow_provider_pgsync.source.publication import published_table
@@ -244,7 +245,11 @@ def test_a_baseline_shows_no_password_anywhere(
     )
     events = tmp_path / "events"
     events.mkdir()
-    spark_conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()}
+    spark_conf = {  # uncompressed: the test reads it
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": events.as_uri(),
+        "spark.eventLog.compress": "false",
+    }
     scanner = CommandLines(role.token)
 
     # the scanner finds a password on a command line (it can fail) ...
@@ -280,13 +285,45 @@ def test_a_baseline_shows_no_password_anywhere(
     assert scanner.found == [], "a command line showed the password"
     assert scanner.seen == {"org.apache.spark.deploy.SparkSubmit", "CoarseGrainedExecutorBackend"}
     assert scanner.scans > 20
-    assert len(list(events.iterdir())) == 2  # one event log (a folder of rolled files) per job
-    for log in (p for p in events.rglob("*") if p.is_file()):
-        text = log.read_text(errors="replace")
-        assert role.token not in text, f"the event log {log} shows the password"
-    everything = "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
-    assert everything.count(f'"spark.executorEnv.PGPASSFILE":"{PASSFILE_NAME}"') == 2
+    jobs = list(events.iterdir())
+    assert len(jobs) == 2  # one event log (a folder of rolled files) per job
+    for job in jobs:
+        text = "".join(p.read_text(errors="replace") for p in job.rglob("*") if p.is_file())
+        assert f'"spark.executorEnv.PGPASSFILE":"{PASSFILE_NAME}"' in text, f"{job} is not the job's log"
+        assert role.token not in text, f"the event log {job.name} shows the password"
     out, err = capfd.readouterr()
     assert "CoarseGrainedExecutorBackend" in out + err or "pgsync baseline" in out + err
     for text in (out, err, caplog.text):
         assert role.token not in text, "a log shows the password"
+
+
+@pytest.mark.slow
+def test_a_mounted_password_file_serves_the_job(
+    role: SecretRole, database: Database, lake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spark_password_file``: a file the cluster manager provides (here: readable by all, as a
+    Kubernetes secret volume is) serves the driver, the JDBC tasks and the PostgreSQL
+    destination's tasks; the operator ships nothing."""
+    source = PgReplicationHook(postgres_conn_id="secret_source").connection
+    replica = PgReplicationHook(postgres_conn_id="secret_replica").connection
+    mounted = tmp_path / "mounted" / "pgpass"
+    mounted.parent.mkdir()
+    write_passfile(
+        mounted,
+        [
+            PassEntry(role.host, str(role.port), str(c.schema), role.name, role.password)
+            for c in (source, replica)
+        ],
+    )
+    mounted.chmod(0o644)
+    shipped: list[str] = []
+    monkeypatch.setattr(BaselineSubmitHook, "add_file", lambda self, path: shipped.append(path), raising=True)
+
+    result = _operator(copy_path="off", spark_password_file=str(mounted)).execute(
+        {"ti": None}  # type: ignore[typeddict-item]
+    )
+
+    assert result["rows"] == 3000
+    assert [w["kind"] for w in result["written"]] == ["lake", "postgres"]
+    assert shipped == []
+    assert stat.S_IMODE(mounted.stat().st_mode) == 0o600  # narrowed for libpq (ours to change here)
