@@ -32,7 +32,8 @@ from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 
 @dataclass(frozen=True)
 class Sink:
-    """One destination's staging table: ``conninfo`` (with its password), the staging table and
+    """One destination's staging table: ``conninfo`` (no password: libpq reads it from the password
+    file the conninfo names, ``baseline/passfile.py``), the staging table and
     its parts table (qualified SQL text) and the columns copied, in the source query's order."""
 
     name: str

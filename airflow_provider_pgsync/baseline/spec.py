@@ -8,15 +8,6 @@ from typing import Any
 
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 
-PASSWORD_ENV = "PGSYNC_SOURCE_PASSWORD"
-"""The environment variable through which the job receives the source password."""
-
-
-def dest_password_env(index: int) -> str:
-    """The environment variable through which the job receives the password of the PostgreSQL
-    destination ``spec.destinations[index]``."""
-    return f"PGSYNC_DEST_PASSWORD_{index}"
-
 
 @dataclass(frozen=True)
 class BaselineJobSpec:
@@ -38,6 +29,10 @@ class BaselineJobSpec:
     ``conninfo`` (libpq, no password), ``staging`` and ``parts`` (tables, as SQL text) and
     ``columns`` (the names copied); PostgreSQL destinations get ``pg_query``, the table as a
     subquery of its published columns as they are (their text output is what is copied).
+
+    Passwords travel by reference only (``baseline/passfile.py``): ``passfile`` is the password
+    file's name, shipped with the job when ``passfile_shipped``, else a path on every node (a
+    secret the cluster manager mounts); empty when no connection has a password.
     """
 
     table: str
@@ -59,6 +54,8 @@ class BaselineJobSpec:
     stage_as: str = ""
     lineage: str = ""
     pg_query: str = ""
+    passfile: str = ""
+    passfile_shipped: bool = False
 
     @property
     def session_init(self) -> str:

@@ -39,6 +39,33 @@ class BaselineSubmitHook(SparkSubmitHook):
             data["master"] = self._default_master
         return data
 
+    @property
+    def master(self) -> str:
+        """The master the job is submitted to (from the connection, or the default)."""
+        return str(self._connection["master"])
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether the driver runs on the cluster (``deploy-mode cluster``), not here."""
+        return self._connection["deploy_mode"] == "cluster"
+
+    @property
+    def kubernetes(self) -> bool:
+        return self._is_kubernetes
+
+    def add_file(self, path: str) -> None:
+        """Ship ``path`` with the job (``--files``), after the files the options name."""
+        self._files = f"{self._files},{path}" if self._files else path
+
+    def set_conf(self, key: str, value: str) -> None:
+        """Set a Spark configuration value of the job (``--conf``)."""
+        self._conf = {**self._conf, key: value}
+
+    def set_env(self, name: str, value: str) -> None:
+        """Set an environment variable of the job's driver (``env_vars``; on YARN and Kubernetes
+        the provider passes them as ``--conf``: never a secret)."""
+        self._env_vars = {**(self._env_vars or {}), name: value}
+
     def _get_spark_binary_path(self) -> list[str]:
         binary = self._connection["spark_binary"]
         if shutil.which(binary) is None:

@@ -17,12 +17,9 @@ from airflow.sdk import BaseOperator, Context
 from psycopg import sql
 
 from airflow_provider_pgsync.baseline import moves
+from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME, PassEntry, write_passfile
 from airflow_provider_pgsync.baseline.plan import base_query
-from airflow_provider_pgsync.baseline.spec import (
-    PASSWORD_ENV,
-    BaselineJobSpec,
-    BaselineResult,
-)
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
@@ -35,6 +32,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
     ReplicaBaselines,
     check_custom,
     load_custom,
+    pass_entry,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
@@ -83,6 +81,12 @@ class PgBaselineOperator(BaseOperator):
     :param spark_submit_options: further SparkSubmitHook arguments (``driver_memory``, 2g by
         default, which on a local master holds the executors too; ``executor_memory``,
         ``total_executor_cores``, ...).
+    :param spark_password_file: a libpq password file (``.pgpass`` format) that exists at this
+        path for the job's driver and every executor, e.g. a Kubernetes secret the cluster
+        manager mounts; it must hold the source's and the PostgreSQL destinations' passwords.
+        By default the operator writes such a file (0600) and ships it with the job
+        (``--files``); required on Kubernetes in cluster mode. Passwords never travel by value:
+        not on the command line, in Spark's configuration nor in a task.
     """
 
     template_fields: Sequence[str] = ("pipeline", "table", "destinations", "spark_conf")
@@ -106,6 +110,7 @@ class PgBaselineOperator(BaseOperator):
         spark_conf: Mapping[str, Any] | None = None,
         spark_jars: str | None = None,
         spark_submit_options: Mapping[str, Any] | None = None,
+        spark_password_file: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -131,6 +136,7 @@ class PgBaselineOperator(BaseOperator):
         self.spark_conf = dict(spark_conf or {})
         self.spark_jars = spark_jars
         self.spark_submit_options = dict(spark_submit_options or {})
+        self.spark_password_file = spark_password_file
         self._submit: BaselineSubmitHook | None = None
         self._replicas = ReplicaBaselines([], self.log)  # this run's PostgreSQL destinations
 
@@ -306,34 +312,9 @@ class PgBaselineOperator(BaseOperator):
         return [self.postgres_conn_id, *replicas]
 
     def _run_job(self, spec: BaselineJobSpec) -> BaselineResult:
-        _, _, password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).jdbc_target()
-        env = {"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()}
-        if password:
-            env[PASSWORD_ENV] = password
-        env.update(self._replicas.passwords(spec))
-        conf = {
-            "spark.ui.showConsoleProgress": "false",
-            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
-            **{k: str(v) for k, v in self.spark_conf.items()},
-        }
-        jars = (
-            self.spark_jars
-            if self.spark_jars is not None
-            else (JDBC_DRIVER_JAR if Path(JDBC_DRIVER_JAR).exists() else None)
-        )
         with tempfile.TemporaryDirectory(prefix="pgsync-baseline-") as work:
-            spec_path, result_path = Path(work, "spec.json"), Path(work, "result.json")
-            spec_path.write_text(spec.to_json())
-            options = {"driver_memory": "2g", **self.spark_submit_options}
-            self._submit = BaselineSubmitHook(
-                conn_id=self.spark_conn_id,
-                conf=conf,
-                jars=jars,
-                name=f"pgsync-baseline-{self.pipeline}",
-                application_args=["--spec", str(spec_path), "--result", str(result_path)],
-                env_vars=env,
-                **options,
-            )
+            self._submit = self._submit_hook(spec, Path(work))
+            result_path = Path(work, "result.json")
             try:
                 self._submit.submit(str(_SPARK_DIR / "baseline_job.py"))
             except Exception as exc:
@@ -345,6 +326,70 @@ class PgBaselineOperator(BaseOperator):
                     f"the baseline job of {spec.table} ended without a result; see the log above"
                 )
             return BaselineResult.from_json(result_path.read_text())
+
+    def _submit_hook(self, spec: BaselineJobSpec, work: Path) -> BaselineSubmitHook:
+        """The hook that submits the job of ``spec``, its spec, result and password file in the
+        private folder ``work``. Passwords travel only in the password file (``_pass_by_file``)."""
+        conf = {
+            "spark.ui.showConsoleProgress": "false",
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
+            **{k: str(v) for k, v in self.spark_conf.items()},
+        }
+        jars = (
+            self.spark_jars
+            if self.spark_jars is not None
+            else (JDBC_DRIVER_JAR if Path(JDBC_DRIVER_JAR).exists() else None)
+        )
+        spec_path, result_path = work / "spec.json", work / "result.json"
+        options = {"driver_memory": "2g", **self.spark_submit_options}
+        submit = BaselineSubmitHook(
+            conn_id=self.spark_conn_id,
+            conf=conf,
+            jars=jars,
+            name=f"pgsync-baseline-{self.pipeline}",
+            application_args=["--spec", str(spec_path), "--result", str(result_path)],
+            env_vars={"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()},
+            **options,
+        )
+        spec = self._pass_by_file(spec, submit, work)
+        spec_path.write_text(spec.to_json())
+        return submit
+
+    def _pass_by_file(self, spec: BaselineJobSpec, submit: BaselineSubmitHook, work: Path) -> BaselineJobSpec:
+        """``spec`` naming the password file of its connections, which ``submit`` gives the job:
+        ``spark_password_file`` when set (the cluster manager provides it), else a file written
+        in ``work`` and shipped with the job. The driver and the executors' JVMs find it through
+        ``PGPASSFILE`` (a path, no secret), the job's Python tasks through the spec."""
+        if self.spark_password_file:
+            path, shipped = self.spark_password_file, False
+            driver = executors = path
+        else:
+            entries = self._pass_entries(spec)
+            if not entries:
+                return spec  # no connection has a password (e.g. trust or certificate auth)
+            if submit.kubernetes and submit.cluster_mode:
+                raise ConfigError(
+                    f"baseline of {spec.table}: on Kubernetes in cluster mode the job cannot take a "
+                    "password file from this worker; store a password file (.pgpass format, lines for "
+                    f"connection {self.postgres_conn_id!r} and the PostgreSQL destinations) in a "
+                    "Kubernetes secret, mount it with spark.kubernetes.driver.secrets.<secret> and "
+                    "spark.kubernetes.executor.secrets.<secret>, and name the file with spark_password_file"
+                )
+            file = work / PASSFILE_NAME
+            write_passfile(file, entries)
+            submit.add_file(str(file))
+            path, shipped, executors = PASSFILE_NAME, True, PASSFILE_NAME
+            # in cluster mode the driver finds the shipped copy in its working directory
+            driver = PASSFILE_NAME if submit.cluster_mode else str(file)
+        submit.set_env("PGPASSFILE", driver)
+        submit.set_conf("spark.executorEnv.PGPASSFILE", executors)
+        return dataclasses.replace(spec, passfile=path, passfile_shipped=shipped)
+
+    def _pass_entries(self, spec: BaselineJobSpec) -> list[PassEntry]:
+        """The passwords of the source and the PostgreSQL destinations, for their conninfos."""
+        password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).connection.password
+        entries = [pass_entry(spec.conninfo, password)] if password else []
+        return entries + self._replicas.pass_entries()
 
     # ---- custom destinations (Destination.load_baseline)
 

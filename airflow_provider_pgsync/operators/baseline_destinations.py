@@ -15,8 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict
+
+from airflow_provider_pgsync.baseline.passfile import PassEntry
 from airflow_provider_pgsync.baseline.plan import base_query
-from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, dest_password_env
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.configs import custom_class, destination_kind, open_custom
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.baseline_rows import text_batches
@@ -46,7 +49,7 @@ class ReplicaBaselines:
         self.configs = [dict(c) for c in configs if destination_kind(c) == "postgres"]
         self.log = log
         self._replicas: list[_Replica] = []
-        self._passwords: dict[str, str] = {}  # by destination name
+        self._passwords: list[PassEntry] = []  # of the destinations with one
 
     def prepare(
         self, conn: Any, table: PublishedTable, columns: list[ColumnInfo], spec: BaselineJobSpec
@@ -65,8 +68,9 @@ class ReplicaBaselines:
                 destination.close()
             self._replicas.append(_Replica(config, destination.name, staging, columns, spec.lineage))
             hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
+            conninfo = hook.libpq_target()
             if hook.connection.password:
-                self._passwords[destination.name] = hook.connection.password
+                self._passwords.append(pass_entry(conninfo, hook.connection.password))
             self.log.info(
                 "baseline %s: staging table %s in destination %s", table.table, staging, destination.name
             )
@@ -74,7 +78,7 @@ class ReplicaBaselines:
                 {
                     "kind": "postgres",
                     "name": destination.name,
-                    "conninfo": hook.libpq_target(),
+                    "conninfo": conninfo,  # no password: the job's password file has it
                     "staging": staging,
                     "parts": parts,
                     "columns": [c.name for c in columns],
@@ -87,13 +91,9 @@ class ReplicaBaselines:
             pg_query=base_query(table, as_they_are).as_string(conn),
         )
 
-    def passwords(self, spec: BaselineJobSpec) -> dict[str, str]:
-        """The job's environment variables with the destinations' passwords."""
-        return {
-            dest_password_env(i): self._passwords[d["name"]]
-            for i, d in enumerate(spec.destinations)
-            if d.get("kind") == "postgres" and d["name"] in self._passwords
-        }
+    def pass_entries(self) -> list[PassEntry]:
+        """The password-file entries of the prepared destinations that have a password."""
+        return list(self._passwords)
 
     def finish(self, table: TableRef, result: BaselineResult) -> None:
         """Swap each staging table in (a failed job: drop them)."""
@@ -124,6 +124,19 @@ class ReplicaBaselines:
                 self.log.warning(
                     "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
                 )
+
+
+def pass_entry(conninfo: str, password: str) -> PassEntry:
+    """The password-file entry of the database ``conninfo`` names (as libpq and the JDBC URL
+    name it: the same host, port, database and user)."""
+    params = conninfo_to_dict(conninfo)
+    return PassEntry(
+        host=str(params.get("host") or "localhost"),
+        port=str(params.get("port") or "5432"),
+        dbname=str(params.get("dbname") or ""),
+        user=str(params.get("user") or ""),
+        password=password,
+    )
 
 
 def check_custom(configs: Sequence[Mapping[str, Any]]) -> None:

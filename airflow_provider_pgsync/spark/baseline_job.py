@@ -5,16 +5,16 @@ Run by ``PgBaselineOperator`` through spark-submit::
 
     baseline_job.py --spec spec.json --result result.json
 
-The source password comes from the environment (``PGSYNC_SOURCE_PASSWORD``), never from
-arguments or Spark configuration; Spark redacts the JDBC ``password`` option in plans and
-its UI. The result file tells the operator what was written or, on failure, why.
+No password reaches the job by value: the spec names a password file (``spec.passfile``,
+``baseline/passfile.py``) that libpq and the JDBC driver read where each connection is made;
+the tasks (``spark/baseline_tasks.py``) carry its name, never a password. The result file
+tells the operator what was written or, on failure, why.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import re
 import sys
 import time
@@ -22,19 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from psycopg.conninfo import make_conninfo
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
-from airflow_provider_pgsync.baseline.spec import (
-    PASSWORD_ENV,
-    BaselineJobSpec,
-    BaselineResult,
-    dest_password_env,
-)
+from airflow_provider_pgsync.baseline.passfile import JDBC_PASSFILE_PROPERTY
+from airflow_provider_pgsync.baseline.pg_copy import Sink, partition_sql, staged_rows
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile, PostgresCopy, with_passfile
 from airflow_provider_pgsync.spark.convert import convert
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 from airflow_provider_pgsync.spark.progress import Progress, log_to_stderr
@@ -63,6 +60,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
+        use_passfile(spark, passfile(spec))
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -221,33 +219,52 @@ def _copy_postgres(
     """The PostgreSQL destinations: one Spark task per partition streams its ctid range from the
     source's text ``COPY`` into every destination's staging table (``baseline/pg_copy.py``;
     exactly once even when Spark retries a task). Their finish is the operator's."""
-    # imported here: only this path needs it (psycopg, no ADBC)
-    from airflow_provider_pgsync.baseline.pg_copy import Sink, copy_partition, partition_sql, staged_rows
+    task = postgres_task(spec, replicas, rows)
+    names = [r.name for r in spec.columns]
+    work = [(i, partition_sql(spec.pg_query, names, p)) for i, p in enumerate(predicates)]
+    spark.sparkContext.parallelize(work, len(work)).map(task).collect()
+    return [
+        {"kind": "postgres", "destination": s.name, "staging": s.staging, "rows": staged_rows(s, len(work))}
+        for s in with_passfile(task.sinks, task.passfile)
+    ]
 
-    source = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
-    sinks = [
+
+def passfile(spec: BaselineJobSpec) -> Passfile:
+    """The password file the spec names (empty: none)."""
+    return Passfile(spec.passfile, spec.passfile_shipped)
+
+
+def use_passfile(spark: SparkSession, passfile: Passfile) -> None:
+    """Point the driver JVM's JDBC driver at the password file (on a ``local`` master the tasks
+    run in that JVM too; executors elsewhere find it through ``PGPASSFILE``, which the operator
+    sets in ``spark.executorEnv``)."""
+    path = passfile.path()
+    if path:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        jvm.java.lang.System.setProperty(JDBC_PASSFILE_PROPERTY, path)
+
+
+def postgres_task(
+    spec: BaselineJobSpec, replicas: list[tuple[int, dict[str, Any]]], rows: Any
+) -> PostgresCopy:
+    """The function the PostgreSQL destinations' tasks run (``rows``: an accumulator)."""
+    sinks = tuple(
         Sink(
             name=str(d["name"]),
-            conninfo=make_conninfo(str(d["conninfo"]), password=os.environ.get(dest_password_env(i)) or None),
+            conninfo=str(d["conninfo"]),
             staging=str(d["staging"]),
             parts=str(d["parts"]),
             columns=tuple(d["columns"]),
         )
-        for i, d in replicas
-    ]
-    session, names = spec.session, [r.name for r in spec.columns]
-    work = [(i, partition_sql(spec.pg_query, names, p)) for i, p in enumerate(predicates)]
+        for _, d in replicas
+    )
+    return PostgresCopy(spec.conninfo, passfile(spec), tuple(spec.session), sinks, rows)
 
-    def run(item: tuple[int, str]) -> int:
-        count = copy_partition(source, session, item[1], sinks, item[0])
-        rows.add(count)
-        return count
 
-    spark.sparkContext.parallelize(work, len(work)).map(run).collect()
-    return [
-        {"kind": "postgres", "destination": s.name, "staging": s.staging, "rows": staged_rows(s, len(work))}
-        for s in sinks
-    ]
+def arrow_task(spec: BaselineJobSpec, rows: Any) -> ArrowCopy:
+    """The function the Arrow path's tasks run (``rows``: an accumulator)."""
+    return ArrowCopy(spec.conninfo, passfile(spec), tuple(spec.session), tuple(spec.columns), rows)
 
 
 def _staged_for_apply(writer: LakeBaseWriter, staged: StagedBase) -> dict[str, Any]:
@@ -276,23 +293,17 @@ def _copy_files(
 ) -> StagedBase:
     """The Arrow path: one Spark task per partition streams its ctid range into a Parquet file."""
     # imported here: only this path needs ADBC
-    from airflow_provider_pgsync.baseline.arrow_copy import copy_partition, copy_sql
+    from airflow_provider_pgsync.baseline.arrow_copy import copy_sql
 
     writer.make_location(location)
-    conninfo = make_conninfo(spec.conninfo, password=os.environ.get(PASSWORD_ENV) or None)
-    session, reads = spec.session, list(spec.columns)
+    task = arrow_task(spec, rows)
     work = [
-        (f"{location}/part-{i:05d}.parquet", copy_sql(spec.arrow_query, reads, p))
+        (f"{location}/part-{i:05d}.parquet", copy_sql(spec.arrow_query, task.reads, p))
         for i, p in enumerate(predicates)
     ]
 
-    def run(item: tuple[str, str]) -> int:
-        count = copy_partition(conninfo, session, item[1], reads, item[0])
-        rows.add(count)
-        return count
-
     try:
-        total = sum(spark.sparkContext.parallelize(work, len(work)).map(run).collect())
+        total = sum(spark.sparkContext.parallelize(work, len(work)).map(task).collect())
     except Exception:
         writer.discard(location)  # no reader ever saw it; leave nothing half-written behind
         raise
@@ -307,9 +318,7 @@ def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str
         "fetchsize": str(spec.fetch_size),
         "sessionInitStatement": spec.session_init,
     }
-    password = os.environ.get(PASSWORD_ENV)
-    if password:
-        properties["password"] = password
+    # no password property: the driver reads the password file (``use_passfile``, PGPASSFILE)
     raw = spark.read.jdbc(spec.jdbc_url, spec.query, predicates=predicates, properties=properties)
     return raw.select([convert(read, spec.table) for read in spec.columns])
 

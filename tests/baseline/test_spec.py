@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from importlib import import_module
 
-from airflow_provider_pgsync.baseline.spec import PASSWORD_ENV, BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.typemap.pgtypes import PgType
 from airflow_provider_pgsync.typemap.spark import spark_read
@@ -53,7 +54,10 @@ def test_job_spec_defaults_round_trip() -> None:
 def test_job_spec_holds_no_password() -> None:
     data = json.loads(make_spec().to_json())
     assert "password" not in {k.lower() for k in data}
-    assert PASSWORD_ENV == "PGSYNC_SOURCE_PASSWORD"
+    assert not import_module("airflow_provider_pgsync.baseline.spec").__dict__.keys() & {
+        "PASSWORD_ENV",
+        "dest_password_env",
+    }
 
 
 def test_result_round_trip() -> None:
