@@ -155,7 +155,7 @@ def check_condition(
     running it, the ``WHERE`` the baseline job reads with (``explain``, in a savepoint of ``conn``)."""
     if condition is None:
         return
-    where = f"backfill_filter {rc.shown(text)} of table {table.table}"
+    where = f"backfill_filter {rc.shown(text)}"
     if not isinstance(condition, rc.SqlText):
         names = _column_names(conn, table.table)
         unknown = [c for c in rc.columns_of(condition) if c not in names]

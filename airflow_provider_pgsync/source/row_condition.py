@@ -28,7 +28,7 @@ GRAMMARS = ("safe", "sql")
 """The filter grammars: ``safe`` (the default) and ``sql``."""
 MAX_LENGTH = 1_000_000
 """The longest condition taken, in characters."""
-MAX_DEPTH = 200
+MAX_DEPTH = 50
 """The deepest nesting (parentheses, NOT) taken."""
 TYPED_LITERALS = {
     "date": "date",
