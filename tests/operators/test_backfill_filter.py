@@ -77,9 +77,8 @@ def test_the_issues_attack_ran_through_the_old_check(database: Database) -> None
         conn.read_only = True
         conn.execute("SELECT 1")  # the snapshot's transaction: the check ran in a savepoint of it
         old_check = sql.SQL("EXPLAIN SELECT FROM items WHERE ({})").format(sql.SQL(ATTACK))
-        with pytest.raises(psycopg.Error):  # the task then failed, after the damage
-            with conn.transaction():
-                conn.execute(old_check)
+        with pytest.raises(psycopg.Error), conn.transaction():  # the task then failed, after the damage
+            conn.execute(old_check)
     assert _harm(database)["canary"] is False, "this test no longer shows the attack it guards against"
 
 
@@ -217,7 +216,10 @@ def test_a_long_hostile_looking_but_valid_filter_gives_the_right_rows(
     database.execute("UPDATE items SET name = 'it''s; DROP TABLE x; -- é€𝄞' WHERE id IN (3, 4)")
     _ready(pipeline)
     listed = ", ".join(str(i) for i in [*range(1000, 21_000), 10, 11])  # ~110 kB, two rows exist
-    condition = f"name = 'it''s; DROP TABLE x; -- é€𝄞' OR id IN ({listed}) OR (price BETWEEN 30 AND 31.5 AND NOT id = 20)"
+    condition = (
+        f"name = 'it''s; DROP TABLE x; -- é€𝄞' OR id IN ({listed})"
+        " OR (price BETWEEN 30 AND 31.5 AND NOT id = 20)"
+    )
     assert len(condition) > 100_000
     result = _backfill(pipeline, source_conn_id, condition, "safe")
     expected = database.execute(
