@@ -164,6 +164,8 @@ def check_condition(
                 f"{where}: table {table.table} has no column {', '.join(map(repr, unknown))}; its columns: "
                 f"{', '.join(names)} (a name with capitals or spaces goes in double quotes: \"Name\")"
             )
+    else:
+        _refuse_volatile(conn, condition, where)
     query = sql.SQL("EXPLAIN SELECT FROM {}{}").format(table.table.identifier, where_clause(table, condition))
     try:
         with conn.transaction():
@@ -174,6 +176,25 @@ def check_condition(
             f"{where} is not a condition on table {table.table}: {problem}; write a boolean expression "
             "over the table's columns, e.g. id > 1000"
         ) from None
+
+
+def _refuse_volatile(conn: psycopg.Connection[Any], condition: rc.SqlText, where: str) -> None:
+    """ConfigError when an ``sql`` condition calls a VOLATILE function or operator (PostgreSQL's
+    mark of one that may change something): a read-only transaction stops writes to tables and
+    sequences, but not e.g. ``lo_create``, advisory locks, replication slot functions, signals."""
+    functions, operators = rc.calls_of(condition)
+    found = conn.execute(
+        "SELECT DISTINCT proname::text FROM pg_proc WHERE proname = ANY(%s) AND provolatile = 'v' "
+        "UNION SELECT DISTINCT o.oprname::text FROM pg_operator o JOIN pg_proc p ON p.oid = o.oprcode "
+        "WHERE o.oprname = ANY(%s) AND p.provolatile = 'v' ORDER BY 1",
+        (functions, operators),
+    ).fetchall()
+    if found:
+        names = ", ".join(repr(r[0]) for r in found)
+        raise ConfigError(
+            f"{where} calls {names}, which PostgreSQL marks VOLATILE (it may change something or give "
+            "another result each time): not allowed in a filter; use immutable or stable functions only"
+        )
 
 
 def explain(conn: psycopg.Connection[Any], query: sql.Composed | sql.SQL) -> None:

@@ -163,6 +163,20 @@ def check_expression(text: str, where: str) -> SqlText:
     return SqlText(tuple(tokenize(text, where)))
 
 
+def calls_of(condition: SqlText) -> tuple[list[str], list[str]]:
+    """The names of the functions an ``sql`` condition calls (a name followed by ``(``, the last
+    part of a qualified one) and the operators it uses, each once, in order of first use."""
+    functions: dict[str, None] = {}
+    operators: dict[str, None] = {}
+    tokens = condition.tokens
+    for token, after in zip(tokens, (*tokens[1:], None), strict=True):
+        if token.kind in ("word", "ident") and after is not None and after.text == "(":
+            functions.setdefault(token.value, None)
+        elif token.kind == "op":
+            operators.setdefault(token.value, None)
+    return list(functions), list(operators)
+
+
 def columns_of(expr: Expr) -> list[str]:
     """The column names ``expr`` uses, in order of first use."""
     found: dict[str, None] = {}
