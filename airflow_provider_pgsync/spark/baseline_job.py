@@ -306,6 +306,10 @@ def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str
         "driver": "org.postgresql.Driver",
         "fetchsize": str(spec.fetch_size),
         "sessionInitStatement": spec.session_init,
+        # every connection read-only, also the one Spark resolves the query's schema on (it runs
+        # the query there once, without sessionInitStatement): a filter cannot write through it
+        "readOnly": "true",
+        "readOnlyMode": "always",
     }
     password = os.environ.get(PASSWORD_ENV)
     if password:
