@@ -308,8 +308,7 @@ def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str
         "sessionInitStatement": spec.session_init,
         # every connection read-only, also the one Spark resolves the query's schema on (it runs
         # the query there once, without sessionInitStatement): a filter cannot write through it
-        "readOnly": "true",
-        "readOnlyMode": "always",
+        "options": "-c default_transaction_read_only=on",
     }
     password = os.environ.get(PASSWORD_ENV)
     if password:
