@@ -105,7 +105,7 @@ class PgBackfillOperator(PgBaselineOperator):
                 raise BaselineError(f"backfill of {key} failed in Spark: {result.error}")
             backfill = Backfill(
                 id=backfill_id,
-                condition=text,
+                condition=_recorded(text),
                 snapshot=snapshot.snapshot,
                 baseline_lsn=snapshot.baseline_lsn,
                 xmin=snapshot.xmin,
@@ -128,11 +128,16 @@ class PgBackfillOperator(PgBaselineOperator):
         return {
             "table": key,
             "backfill": backfill_id,
-            "condition": text,
+            "condition": _recorded(text),
             "rows": result.rows,
             "baseline_lsn": str(snapshot.baseline_lsn),
             "staged": dict(backfill.staged),
         }
+
+
+def _recorded(text: str, limit: int = 1000) -> str:
+    """The filter as the state and the task's result keep it (a long one cut: it is only shown)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def read_filter(backfill_filter: object, grammar: str, table: str) -> tuple[str, rc.Condition | None]:

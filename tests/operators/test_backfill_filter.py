@@ -239,4 +239,7 @@ def test_a_long_hostile_looking_but_valid_filter_gives_the_right_rows(
         " OR (price BETWEEN 30 AND 31.5 AND id <> 20)"
     )
     assert result["rows"] == expected[0][0] == 5  # 3, 4, 10, 11, 21
+    staged = pipeline.state().table(TABLE).backfill
+    assert staged is not None and staged.condition == result["condition"]
+    assert len(result["condition"]) == 1000 and result["condition"].endswith("...")  # the state stays small
     assert _harm(database) == UNHARMED
