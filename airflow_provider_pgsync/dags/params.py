@@ -13,7 +13,8 @@ from airflow.sdk import Param
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
-from airflow_provider_pgsync.source.row_condition import MAX_LENGTH, SAFE_GRAMMAR, parse_condition
+from airflow_provider_pgsync.source.row_condition import SAFE_GRAMMAR, parse_condition
+from airflow_provider_pgsync.source.sql_tokens import MAX_LENGTH
 
 MODES = ("rebaseline", "backfill")
 

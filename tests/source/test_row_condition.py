@@ -13,7 +13,6 @@ from airflow_provider_pgsync.baseline.plan import condition_sql
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.row_condition import (
     MAX_DEPTH,
-    MAX_LENGTH,
     SAFE_GRAMMAR,
     Between,
     BoolOp,
@@ -28,8 +27,8 @@ from airflow_provider_pgsync.source.row_condition import (
     check_expression,
     columns_of,
     parse_condition,
-    tokenize,
 )
+from airflow_provider_pgsync.source.sql_tokens import MAX_LENGTH, tokenize
 
 WHERE = "backfill_filter of table public.items"
 GRAMMARS = ("safe", "sql")
