@@ -156,10 +156,10 @@ def baseline_dag(config: PipelineConfig) -> DAG:
         "exported snapshot, and hands each table off to the stream exactly (SyncDone, then Ready at "
         "the next cdc run). The other tables keep their phase and keep streaming.\n\n"
         "Param `mode`: `rebaseline` (also the first baseline after setup) copies whole tables again; "
-        "`backfill` re-reads only the rows matching `backfill_filter` (a SQL condition; empty: every "
+        "`backfill` re-reads only the rows matching `backfill_filter` (one condition; empty: every "
         "row) of tables that are Ready and stages them: the next cdc run writes them over the lake's "
         "rows (keys changed since keep their newer rows; nothing is deleted) while the tables keep "
-        "streaming."
+        f"streaming. {dag_params.filter_help(config.baseline.backfill_filters)}"
     )
     with _dag(config, "baseline", doc, max_active_runs=1, params=dag_params.baseline_params(config)) as dag:
 
@@ -180,6 +180,7 @@ def baseline_dag(config: PipelineConfig) -> DAG:
         baseline.expand_kwargs(rebaselines)
         del kwargs["rebaseline"]
         kwargs["destinations"] = config.backfill_destinations()
+        kwargs["filter_grammar"] = config.baseline.backfill_filters
         backfills = choose_backfills()
         rebaselines >> backfills
         backfill = PgBackfillOperator.partial(task_id="backfill", map_index_template=_TABLE_NAME, **kwargs)

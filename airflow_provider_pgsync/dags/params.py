@@ -13,6 +13,8 @@ from airflow.sdk import Param
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
+from airflow_provider_pgsync.source.row_condition import SAFE_GRAMMAR, parse_condition
+from airflow_provider_pgsync.source.sql_tokens import MAX_LENGTH
 
 MODES = ("rebaseline", "backfill")
 
@@ -61,13 +63,24 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
         "backfill_filter": Param(
             None,
             type=["null", "string"],
+            maxLength=MAX_LENGTH,
             title="Backfill filter",
             description=(
-                "backfill only: a SQL condition on the table's columns selecting the rows to re-send, "
-                "e.g. id > 1000 (empty: every row)."
+                "backfill only: a condition on the table's columns selecting the rows to re-send, "
+                f"e.g. id > 1000 (empty: every row). {filter_help(config.baseline.backfill_filters)}"
             ),
         ),
     }
+
+
+def filter_help(grammar: str) -> str:
+    """What a backfill filter of ``grammar`` may hold, as the trigger form and the DAG doc say it."""
+    if grammar == "sql":
+        return (
+            "Any one SQL boolean expression the source role may evaluate (functions, subqueries): no ';', "
+            "no comments; it runs in a read-only transaction."
+        )
+    return f"Allowed (this pipeline's backfill_filters: safe): {SAFE_GRAMMAR}."
 
 
 def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -92,6 +105,8 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
             "param 'backfill_filter' is for mode 'backfill' only; clear it to rebaseline, or choose mode "
             "'backfill' to re-send only the matching rows"
         )
+    if condition:  # read before any task runs; the tables' columns are checked by the backfill
+        parse_condition(condition, config.baseline.backfill_filters, "param 'backfill_filter'")
     asked = params.get("tables")
     if asked is None:
         asked = list(config.table_keys)

@@ -19,6 +19,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from airflow_provider_pgsync.baseline.plan import where_clause
 from airflow_provider_pgsync.source.publication import PublishedTable
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -29,8 +30,7 @@ CHUNK_ROWS = 50_000
 def text_query(table: PublishedTable, columns: Sequence[ColumnInfo]) -> sql.Composed:
     """The ``SELECT`` of the table's published ``columns`` and rows (its row filter)."""
     names = sql.SQL(", ").join(sql.Identifier(c.name) for c in columns)
-    where = sql.SQL(" WHERE ({})").format(sql.SQL(table.row_filter)) if table.row_filter else sql.SQL("")
-    return sql.SQL("SELECT {} FROM {}{}").format(names, table.table.identifier, where)
+    return sql.SQL("SELECT {} FROM {}{}").format(names, table.table.identifier, where_clause(table))
 
 
 def text_batches(

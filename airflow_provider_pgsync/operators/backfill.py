@@ -17,16 +17,19 @@ import psycopg
 from airflow.sdk import Context
 from psycopg import sql
 
+from airflow_provider_pgsync.baseline.plan import where_clause
 from airflow_provider_pgsync.destinations.configs import destination_kind
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
+from airflow_provider_pgsync.hooks.catalog import relation_oid
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
 from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.source import row_condition as rc
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.source.publication import published_table
+from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.state.model import Backfill, table_key
 from airflow_provider_pgsync.state.store import update_state
 
@@ -37,24 +40,36 @@ class PgBackfillOperator(PgBaselineOperator):
     destinations' rows, keeping the newer rows of keys changed since the snapshot. The rest of
     the table is left as it is: nothing is deleted.
 
-    :param backfill_filter: a SQL condition on the table's columns (``id > 1000``); empty or
-        None re-sends every row. It runs in a read-only transaction.
+    :param backfill_filter: a condition on the table's columns (``id > 1000``); empty or None
+        re-sends every row. It is one expression (no ``;``, comment or unbalanced parenthesis)
+        and every read of it runs in a read-only transaction.
+    :param filter_grammar: ``safe`` (default): the filter may only use the table's columns,
+        literals, comparisons, AND/OR/NOT, IN, BETWEEN and IS [NOT] NULL
+        (``row_condition.SAFE_GRAMMAR``); ``sql``: any SQL boolean expression the source role may
+        evaluate (functions, subqueries), for deployments whose trigger users may run SQL.
 
     The other arguments are ``PgBaselineOperator``'s (``rebaseline`` is not taken).
     """
 
     template_fields = (*PgBaselineOperator.template_fields, "backfill_filter")
 
-    def __init__(self, *, backfill_filter: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *, backfill_filter: str | None = None, filter_grammar: str = "safe", **kwargs: Any
+    ) -> None:
         if "rebaseline" in kwargs:
             raise ConfigError("PgBackfillOperator takes no 'rebaseline': a backfill leaves the base in place")
+        if filter_grammar not in rc.GRAMMARS:
+            raise ConfigError(
+                f"filter_grammar {filter_grammar!r} is unknown; use one of: {', '.join(rc.GRAMMARS)}"
+            )
         super().__init__(**kwargs)
         self.backfill_filter = backfill_filter
+        self.filter_grammar = filter_grammar
 
     def execute(self, context: Context) -> dict[str, Any]:
         spec_table = published_table(self.table)
         key = table_key(spec_table.table)
-        condition = (self.backfill_filter or "").strip()
+        text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
         lakes = [_backfill_lake(d) for d in self.destinations]
         if not lakes:
             raise ConfigError(
@@ -69,7 +84,7 @@ class PgBackfillOperator(PgBaselineOperator):
         backfill_id = f"b{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
         try:
             with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
-                check_condition(conn, spec_table.table, condition)
+                check_condition(conn, spec_table, condition, text)
                 spec = self._job_spec(
                     hook, conn, spec_table, snapshot, lakes, condition=condition, stage_as=backfill_id
                 )
@@ -82,7 +97,7 @@ class PgBackfillOperator(PgBaselineOperator):
                     "backfill %s %s (%s): snapshot %s at %s",
                     key,
                     backfill_id,
-                    condition or "all rows",
+                    rc.shown(text, 200) if text else "all rows",
                     snapshot.snapshot,
                     snapshot.baseline_lsn,
                 )
@@ -92,7 +107,7 @@ class PgBackfillOperator(PgBaselineOperator):
                 raise BaselineError(failure + tls_note(failure, self._conn_ids()))
             backfill = Backfill(
                 id=backfill_id,
-                condition=condition,
+                condition=_recorded(text),
                 snapshot=snapshot.snapshot,
                 baseline_lsn=snapshot.baseline_lsn,
                 xmin=snapshot.xmin,
@@ -115,28 +130,94 @@ class PgBackfillOperator(PgBaselineOperator):
         return {
             "table": key,
             "backfill": backfill_id,
-            "condition": condition,
+            "condition": _recorded(text),
             "rows": result.rows,
             "baseline_lsn": str(snapshot.baseline_lsn),
             "staged": dict(backfill.staged),
         }
 
 
-def check_condition(conn: psycopg.Connection[Any], table: TableRef, condition: str) -> None:
-    """ConfigError naming the condition and PostgreSQL's objection unless ``condition`` is a
-    valid ``WHERE`` condition on ``table`` (planned, not run, in a savepoint of ``conn``)."""
-    if not condition:
+def _recorded(text: str, limit: int = 1000) -> str:
+    """The filter as the state and the task's result keep it (a long one cut: it is only shown)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_filter(backfill_filter: object, grammar: str, table: str) -> tuple[str, rc.Condition | None]:
+    """The filter's text (stripped) and its condition in ``grammar`` (None for every row);
+    ConfigError naming ``backfill_filter``, the table, the problem and what is allowed."""
+    where = f"backfill_filter of table {table}"
+    if backfill_filter is None:
+        return "", None
+    if not isinstance(backfill_filter, str):
+        raise ConfigError(f"{where} must be text, not {type(backfill_filter).__name__}")
+    text = backfill_filter.strip()
+    return text, rc.parse_condition(text, grammar, where) if text else None
+
+
+def check_condition(
+    conn: psycopg.Connection[Any], table: PublishedTable, condition: rc.Condition | None, text: str
+) -> None:
+    """ConfigError naming the filter and the problem unless ``condition`` is a boolean condition
+    on ``table``: a safe one may name only the table's columns; then the server plans, without
+    running it, the ``WHERE`` the baseline job reads with (``explain``, in a savepoint of ``conn``)."""
+    if condition is None:
         return
-    query = sql.SQL("EXPLAIN SELECT FROM {} WHERE ({})").format(table.identifier, sql.SQL(condition))
+    where = f"backfill_filter {rc.shown(text)}"
+    if not isinstance(condition, rc.SqlText):
+        names = _column_names(conn, table.table)
+        unknown = [c for c in rc.columns_of(condition) if c not in names]
+        if unknown:
+            raise ConfigError(
+                f"{where}: table {table.table} has no column {', '.join(map(repr, unknown))}; its columns: "
+                f"{', '.join(names)} (a name with capitals or spaces goes in double quotes: \"Name\")"
+            )
+    else:
+        _refuse_volatile(conn, condition, where)
+    query = sql.SQL("EXPLAIN SELECT FROM {}{}").format(table.table.identifier, where_clause(table, condition))
     try:
         with conn.transaction():
-            conn.execute(query)
+            explain(conn, query)
     except psycopg.Error as exc:
         problem = exc.diag.message_primary or str(exc).splitlines()[0]
         raise ConfigError(
-            f"backfill_filter {condition!r} is not a condition on table {table}: {problem}; write a SQL "
-            "boolean expression over the table's columns, e.g. id > 1000"
+            f"{where} is not a condition on table {table.table}: {problem}; write a boolean expression "
+            "over the table's columns, e.g. id > 1000"
         ) from None
+
+
+def _refuse_volatile(conn: psycopg.Connection[Any], condition: rc.SqlText, where: str) -> None:
+    """ConfigError when an ``sql`` condition calls a VOLATILE function or operator (PostgreSQL's
+    mark of one that may change something): a read-only transaction stops writes to tables and
+    sequences, but not e.g. ``lo_create``, advisory locks, replication slot functions, signals."""
+    functions, operators = rc.calls_of(condition)
+    found = conn.execute(
+        "SELECT DISTINCT proname::text FROM pg_proc WHERE proname = ANY(%s) AND provolatile = 'v' "
+        "UNION SELECT DISTINCT o.oprname::text FROM pg_operator o JOIN pg_proc p ON p.oid = o.oprcode "
+        "WHERE o.oprname = ANY(%s) AND p.provolatile = 'v' ORDER BY 1",
+        (functions, operators),
+    ).fetchall()
+    if found:
+        names = ", ".join(repr(r[0]) for r in found)
+        raise ConfigError(
+            f"{where} calls {names}, which PostgreSQL marks VOLATILE (it may change something or give "
+            "another result each time): not allowed in a filter; use immutable or stable functions only"
+        )
+
+
+def explain(conn: psycopg.Connection[Any], query: sql.Composed | sql.SQL) -> None:
+    """Run ``query`` through the extended query protocol (prepared): the server refuses a text
+    holding more than one statement, whatever a client-side check made of it."""
+    conn.execute(query, prepare=True)
+
+
+def _column_names(conn: psycopg.Connection[Any], table: TableRef) -> list[str]:
+    """Every column of ``table`` (generated ones too: a filter may read them)."""
+    rows = conn.execute(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped "
+        "ORDER BY attnum",
+        (relation_oid(conn, table),),
+    ).fetchall()
+    return [r[0] for r in rows]
 
 
 def _backfill_lake(config: Mapping[str, Any]) -> LakeDestination:

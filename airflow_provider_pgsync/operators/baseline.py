@@ -36,6 +36,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
+from airflow_provider_pgsync.source.row_condition import Condition
 from airflow_provider_pgsync.state.model import (
     Errored,
     PipelineState,
@@ -252,7 +253,7 @@ class PgBaselineOperator(BaseOperator):
         snapshot: BaselineSnapshot,
         lakes: list[LakeDestination],
         *,
-        condition: str = "",
+        condition: Condition | None = None,
         stage_as: str = "",
         lineage: str = "",
     ) -> BaselineJobSpec:

@@ -24,6 +24,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     set_field,
 )
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.row_condition import GRAMMARS, check_expression
 
 STATE_BACKENDS = ("variables", "postgres")
 COPY_PATHS = ("auto", "off")
@@ -75,6 +76,9 @@ class TableConfig:
             checks.add(
                 "row_filter", f"must be a non-empty SQL expression, not {self.row_filter!r}; or omit it"
             )
+        elif self.row_filter is not None:
+            # embedded in the baseline's query and the publication: one expression, nothing else
+            checks.catch("row_filter", lambda: check_expression(str(self.row_filter), "the row filter"))
         checks.raise_any(f"table {self.table!r}")
 
     def _check_columns(self, checks: Checks) -> None:
@@ -237,11 +241,14 @@ class SparkConfig:
 
 @dataclass(frozen=True)
 class BaselineConfig:
-    """How a baseline reads a table: partition size, read path (``COPY_PATHS``), JDBC fetch size."""
+    """How a baseline reads a table: partition size, read path (``COPY_PATHS``), JDBC fetch size;
+    and the grammar of the baseline DAG's backfill filters (``GRAMMARS``): ``safe`` (columns,
+    literals, comparisons, AND/OR/NOT, IN, BETWEEN, IS NULL) or ``sql`` (any expression)."""
 
     target_partition_mb: float = 256
     copy_path: str = "auto"
     fetch_size: int = 10_000
+    backfill_filters: str = "safe"
 
     def __post_init__(self) -> None:
         checks = Checks()
@@ -250,11 +257,14 @@ class BaselineConfig:
         if problem:
             checks.add("copy_path", problem)
         _positive_int(checks, "fetch_size", self.fetch_size)
+        problem = choice(self.backfill_filters, GRAMMARS)
+        if problem:
+            checks.add("backfill_filters", problem)
         checks.raise_any("baseline config")
 
     def to_mapping(self) -> dict[str, Any]:
         return {"target_partition_mb": self.target_partition_mb, "copy_path": self.copy_path,
-                "fetch_size": self.fetch_size}  # fmt: skip
+                "fetch_size": self.fetch_size, "backfill_filters": self.backfill_filters}  # fmt: skip
 
 
 def _positive(checks: Checks, path: str, value: object) -> None:

@@ -17,7 +17,7 @@ A complete file (every key shown; only the first three are required)::
           - orders                      # = public.orders
           - table: public.customers
             columns: [id, name, country]    # published columns (PostgreSQL 15+)
-            row_filter: "country = 'NL'"    # published rows (PostgreSQL 15+)
+            row_filter: "country = 'NL'"    # published rows (PostgreSQL 15+); one SQL expression
         destinations:                   # default: one lake destination
           - kind: lake
             warehouse: /data/lake       # default $PGSYNC_LAKE or $AIRFLOW_HOME/pgsync/lake
@@ -50,6 +50,7 @@ A complete file (every key shown; only the first three are required)::
           target_partition_mb: 256
           copy_path: auto               # auto | off
           fetch_size: 10000
+          backfill_filters: safe        # safe | sql: what a backfill filter typed in the trigger form may use
         schedules:
           cdc: "*/5 * * * *"            # cron, a preset like "@hourly", or null (manual only)
           compact: "@daily"

@@ -10,9 +10,11 @@ from psycopg import sql
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.row_condition import check_expression
 
 # Row filters are SQL expressions written by the pipeline's author (like the SQL of a DAG);
-# they reach the server as written, inside parentheses. Everything else is an identifier.
+# they reach the server inside parentheses, checked to be one expression (row_condition).
+# Everything else is an identifier.
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class PublishedTable:
             raise ConfigError(f"table {self.table}: the row filter must be a string, not {self.row_filter!r}")
         if self.row_filter is not None and not self.row_filter.strip():
             raise ConfigError(f"table {self.table}: the row filter is empty; omit it")
+        if self.row_filter is not None:
+            check_expression(self.row_filter, f"table {self.table}: row_filter")
 
     def as_sql(self) -> sql.Composed:
         parts: list[sql.Composable] = [self.table.identifier]

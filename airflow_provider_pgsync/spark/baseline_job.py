@@ -317,6 +317,9 @@ def read_source(spark: SparkSession, spec: BaselineJobSpec, predicates: list[str
         "driver": "org.postgresql.Driver",
         "fetchsize": str(spec.fetch_size),
         "sessionInitStatement": spec.session_init,
+        # every connection read-only, also the one Spark resolves the query's schema on (it runs
+        # the query there once, without sessionInitStatement): a filter cannot write through it
+        "options": "-c default_transaction_read_only=on",
     }
     # no password property: the driver reads the password file (``use_passfile``, PGPASSFILE)
     raw = spark.read.jdbc(spec.jdbc_url, spec.query, predicates=predicates, properties=properties)

@@ -150,7 +150,7 @@ def test_refusals_leave_state_and_lake_untouched(
     _ready_state(pipeline)
     state = pipeline.state()
     with pytest.raises(
-        ConfigError, match=r"backfill_filter 'idd > 1' is not a condition on table public.items"
+        ConfigError, match=r"backfill_filter 'idd > 1': table public.items has no column 'idd'; its columns"
     ):
         _backfill(pipeline, source_conn_id, "idd > 1")
     with pytest.raises(ConfigError, match=r"public.events has no key short of the whole row .* rebaseline"):
