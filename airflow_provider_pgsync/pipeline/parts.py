@@ -11,19 +11,21 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_pgsync.pipeline.problems import (
     Checks,
     choice,
+    conn_id_problem,
     describe,
     format_duration,
     is_text,
     location_problem,
     set_field,
 )
-from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.names import TableRef, check_identifier
 
 STATE_BACKENDS = ("variables", "postgres")
 COPY_PATHS = ("auto", "off")
@@ -88,7 +90,9 @@ class TableConfig:
         for i, column in enumerate(self.columns):
             if not isinstance(column, str) or not column:
                 checks.add(f"columns[{i}]", f"must be a column name, not {column!r}")
-            elif column in seen:
+                continue
+            checks.catch(f"columns[{i}]", partial(check_identifier, column, "column name"))
+            if column in seen:
                 checks.add(f"columns[{i}]", f"column {column!r} is listed twice")
             seen.add(column)
 
@@ -128,8 +132,9 @@ class StateConfig:
         problem = choice(self.backend, STATE_BACKENDS)
         if problem:
             checks.add("backend", problem)
-        if self.conn_id is not None and not is_text(self.conn_id):
-            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}; or omit it")
+        problem = None if self.conn_id is None else conn_id_problem(self.conn_id)
+        if problem:
+            checks.add("conn_id", f"{problem}; or omit it")
         checks.catch("schema", lambda: TableRef(self.schema, "pipeline_state"))
         checks.raise_any("state config")
 
@@ -183,8 +188,9 @@ class SparkConfig:
 
     def __post_init__(self) -> None:
         checks = Checks()
-        if not is_text(self.conn_id):
-            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}")
+        problem = conn_id_problem(self.conn_id)
+        if problem:
+            checks.add("conn_id", problem)
         if self.jars is not None and not is_text(self.jars):
             checks.add("jars", f"must be a comma-separated list of jars, not {self.jars!r}; or omit it")
         set_field(self, "conf", self._checked_conf(checks))
