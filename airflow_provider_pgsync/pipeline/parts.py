@@ -25,7 +25,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     location_problem,
     set_field,
 )
-from airflow_provider_pgsync.source.names import TableRef, check_identifier
+from airflow_provider_pgsync.source.names import TableRef, check_identifier, shown
 
 STATE_BACKENDS = ("variables", "postgres")
 COPY_PATHS = ("auto", "off")
@@ -263,14 +263,18 @@ class BaselineConfig:
                 "fetch_size": self.fetch_size}  # fmt: skip
 
 
+_INT4_MAX = 2**31 - 1  # counts reach PostgreSQL (upto_nchanges) and JDBC (fetch size) as int4
+_INT8_MAX = 2**63 - 1
+
+
 def _positive(checks: Checks, path: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        checks.add(path, f"must be a positive number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= _INT4_MAX:
+        checks.add(path, f"must be a positive number up to {_INT4_MAX}, not {shown(value)}")
 
 
-def _positive_int(checks: Checks, path: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        checks.add(path, f"must be a positive integer, not {value!r}")
+def _positive_int(checks: Checks, path: str, value: object, most: int = _INT4_MAX) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
+        checks.add(path, f"must be a positive integer up to {most}, not {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -322,8 +326,9 @@ class BatchLimits:
 
     def __post_init__(self) -> None:
         checks = Checks()
-        for name in ("max_changes", "batch_rows", "batch_bytes"):
+        for name in ("max_changes", "batch_rows"):
             _positive_int(checks, name, getattr(self, name))
+        _positive_int(checks, "batch_bytes", self.batch_bytes, most=_INT8_MAX)
         checks.raise_any("limits")
 
     def to_mapping(self) -> dict[str, Any]:

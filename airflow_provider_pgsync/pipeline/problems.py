@@ -148,8 +148,13 @@ def parse_duration(text: str) -> timedelta:
     """``"36h"``, ``"7d"``, ``"2w"`` (units s, m, h, d, w) as a timedelta."""
     match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise ConfigError(f"{text!r} is not a duration; write a whole number and a unit, e.g. 36h, 7d or 2w")
-    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        raise ConfigError(
+            f"{shown(text)} is not a duration; write a whole number and a unit, e.g. 36h, 7d or 2w"
+        )
+    try:
+        return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    except (OverflowError, ValueError):  # beyond timedelta's 999999999 days
+        raise ConfigError(f"{shown(text)} is too long a duration; e.g. 36h, 7d or 2w") from None
 
 
 def format_duration(value: timedelta) -> str:

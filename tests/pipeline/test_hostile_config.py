@@ -173,6 +173,31 @@ def test_a_100_kb_value_is_refused_with_a_short_message(extra: dict[str, Any], p
     _refused({**MINIMAL, **extra}, path)
 
 
+@pytest.mark.parametrize(
+    ("text", "path", "fragment"),
+    [
+        ("limits: {max_changes: 99999999999999999999}", "limits.max_changes", "up to 2147483647"),
+        ("limits: {batch_bytes: 99999999999999999999}", "limits.batch_bytes", "up to 9223372036854775807"),
+        ("baseline: {fetch_size: 2147483648}", "baseline.fetch_size", "up to 2147483647"),
+        ("baseline: {target_partition_mb: .inf}", "baseline.target_partition_mb", "not inf"),
+        ("baseline: {target_partition_mb: .nan}", "baseline.target_partition_mb", "not nan"),
+        ("changelog: {retention: 99999999999999999999d}", "changelog.retention", "too long a duration"),
+        ("limits: {batch_rows: true}", "limits.batch_rows", "not the boolean True"),
+        (
+            "destinations: [{kind: postgres, conn_id: 2024-01-01}]",
+            "destinations[0].conn_id",
+            "must be a string",
+        ),
+    ],
+)
+def test_numbers_and_other_types_out_of_range_are_refused(
+    tmp_path: Path, text: str, path: str, fragment: str
+) -> None:
+    with pytest.raises(PipelineConfigError) as raised:
+        load_pipelines(write(tmp_path, f"name: shop\nsource_conn_id: db\ntables: [a]\n{text}\n"))
+    assert fragment in problem(raised.value, path)
+
+
 def test_long_values_that_are_valid_are_kept_exactly() -> None:
     long_filter = " OR ".join(f"id = {i}" for i in range(10_000))
     config = PipelineConfig.from_mapping(
