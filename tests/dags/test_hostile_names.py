@@ -1,8 +1,9 @@
 """Hostile table and column names through a whole pipeline (real PostgreSQL, Airflow, Spark):
 setup, baseline, capture and apply into the lake and a PostgreSQL replica. Names PostgreSQL
 accepts are data, never SQL or shell text: the canary tables survive, no file appears, and both
-destinations equal the source. Two 63-byte names that share their first 58 bytes (where
-PostgreSQL's own ``<name>_pkey`` is cut) each get a primary key in the replica."""
+destinations equal the source; so does a 63-byte name of emoji, a right-to-left mark, a
+combining accent and a look-alike letter. (Two such names sharing their first 58 bytes, where
+``<name>_pkey`` is cut, are tested in tests/destinations/test_postgres_baseline.py.)"""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ COLUMNS = [
 ]
 _HEAD = "Ünï\u202ecødé😀 \u0430dmin"  # RTL override, combining accent, emoji, a Cyrillic lookalike
 _PAD = _HEAD + "x" * (58 - len(_HEAD.encode()))
-LONG = [TableRef("public", _PAD + "_one1"), TableRef("public", _PAD + "_two2")]
+LONG = [TableRef("public", _PAD + "_one1")]
 TABLES = [HOSTILE, *LONG]
 
 
@@ -92,7 +93,7 @@ def test_hostile_names_reach_the_lake_and_a_replica_exactly(
         conn.execute(sql.SQL("UPDATE {} SET {} = 'upd `id`' WHERE id <= 5").format(
             target, sql.Identifier(COLUMNS[1])))  # fmt: skip
         conn.execute(sql.SQL("DELETE FROM {} WHERE id BETWEEN 10 AND 14").format(target))
-        conn.execute(sql.SQL("UPDATE {} SET v = 'changed' WHERE id = 1").format(LONG[1].identifier))
+        conn.execute(sql.SQL("UPDATE {} SET v = 'changed' WHERE id = 1").format(LONG[0].identifier))
     cdc = pipeline.run("cdc")
     assert task_states(cdc) == {"capture": "success", "apply": "success"}, task_states(cdc)
     state = pipeline.state()
