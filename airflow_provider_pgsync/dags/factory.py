@@ -119,7 +119,9 @@ def setup_dag(config: PipelineConfig) -> DAG:
         publication = PgCreatePublicationOperator(task_id="create_publication", **config.publication_kwargs())
         slot = PgCreateSlotOperator(task_id="create_slot", **config.slot_kwargs())
 
-        @task(task_id="init_table_states")
+        # one XCom, not one per table: a dict return would push each table name as an XCom key
+        # (a URL path part of the task API, where '/' or non-Latin-1 characters break it)
+        @task(task_id="init_table_states", multiple_outputs=False)
         def init_table_states() -> dict[str, str]:
             """Record the slot and put the config's new tables in phase Init."""
             return tasks.init_tables(config)

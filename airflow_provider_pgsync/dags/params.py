@@ -13,6 +13,7 @@ from airflow.sdk import Param
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
+from airflow_provider_pgsync.source.names import shown
 from airflow_provider_pgsync.source.row_condition import SAFE_GRAMMAR, parse_condition
 from airflow_provider_pgsync.source.sql_tokens import MAX_LENGTH
 
@@ -90,7 +91,7 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     ConfigError naming the param for a value that cannot be run."""
     mode = params.get("mode", MODES[0])
     if mode not in MODES:
-        raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {mode!r}")
+        raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {shown(mode)}")
     condition = params.get("backfill_filter")
     if condition is not None and not isinstance(condition, str):
         raise ConfigError(f"param 'backfill_filter' must be SQL text, not {condition!r}")
@@ -113,12 +114,12 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     if isinstance(asked, str) or not isinstance(asked, Sequence) or not asked:
         raise ConfigError(
             f"param 'tables' must be a non-empty list of the pipeline's tables "
-            f"({', '.join(config.table_keys)}), not {asked!r}"
+            f"({', '.join(config.table_keys)}), not {shown(asked)}"
         )
     unknown = [t for t in asked if not isinstance(t, str) or not _known(config, t)]
     if unknown:
         raise ConfigError(
-            f"param 'tables': pipeline {config.name!r} has no table {', '.join(map(str, unknown))}; "
+            f"param 'tables': pipeline {config.name!r} has no table {', '.join(map(shown, unknown))}; "
             f"its tables: {', '.join(config.table_keys)}"
         )
     wanted = {config.table(t).key for t in asked}
@@ -138,13 +139,13 @@ def chosen_destinations(config: PipelineConfig, params: Mapping[str, Any]) -> li
     if isinstance(asked, str) or not isinstance(asked, Sequence) or not asked:
         raise ConfigError(
             f"param 'destinations' must be a non-empty list of the pipeline's destinations "
-            f"({', '.join(names)}), not {asked!r}"
+            f"({', '.join(names)}), not {shown(asked)}"
         )
-    unknown = [d for d in asked if d not in names]
+    unknown = [d for d in asked if not isinstance(d, str) or d not in names]
     if unknown:
         raise ConfigError(
             f"param 'destinations': pipeline {config.name!r} has no destination "
-            f"{', '.join(map(repr, unknown))}; its destinations: {', '.join(names)}"
+            f"{', '.join(map(shown, unknown))}; its destinations: {', '.join(names)}"
         )
     return [d.to_mapping() for d in config.destinations if d.name in asked]
 
@@ -178,5 +179,5 @@ def check_confirmation(config: PipelineConfig, params: Mapping[str, Any]) -> Non
     if given != config.name:
         raise ConfigError(
             f"param 'confirm' must be the pipeline name {config.name!r} to tear pipeline {config.name!r} "
-            f"down, not {given!r}; nothing was dropped"
+            f"down, not {shown(given)}; nothing was dropped"
         )

@@ -17,8 +17,14 @@ from typing import Any
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.source.names import shown
 
 KINDS = ("lake", "postgres", "custom")
+
+DESTINATION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,62}")
+"""A destination's name (postgres and custom): it is a key of the state, of the replica's
+watermark rows and of the pipeline's Airflow asset alias (``pgsync_<pipeline>_<name>``)."""
+DESTINATION_NAME_RULE = "1-63 ASCII letters, digits, _ or -, not starting with - (e.g. 'replica_eu')"
 
 # a dotted path of Python identifiers with at least a module and a class
 CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -38,7 +44,7 @@ def destination_name(config: Mapping[str, Any]) -> str:
     the config's ``name`` (required) for a custom destination."""
     kind = destination_kind(config)
     if kind == "postgres":
-        return str(config.get("name", "postgres"))
+        return check_destination_name(config.get("name", "postgres"), kind)
     if kind == "custom":
         return custom_name(config)
     return lake_name(LakeDestination.from_config(dict(config)))
@@ -66,6 +72,15 @@ def custom_name(config: Mapping[str, Any]) -> str:
         raise ConfigError(
             f"custom destination config {_shown(config)} needs a 'name' (how the state and the "
             "logs call it), e.g. {'kind': 'custom', 'class': ..., 'name': 'sqlite'}"
+        )
+    return check_destination_name(name, "custom")
+
+
+def check_destination_name(name: object, kind: str) -> str:
+    """``name`` if it can name a destination (``DESTINATION_NAME``); ConfigError naming the rule."""
+    if not isinstance(name, str) or not DESTINATION_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{kind} destination name {shown(name)} is not allowed: use {DESTINATION_NAME_RULE}"
         )
     return name
 

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError
-from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.names import TableRef, shown
 
 METASTORES = ("derby", "external")
-_CATALOG_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+# at most 58 characters: the destination is called lake_<database> (63 at most, like every name)
+_CATALOG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,57}")
 _SIMPLE_PART = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
 
 
@@ -73,7 +74,8 @@ class LakeDestination:
     def __post_init__(self) -> None:
         if not _CATALOG_NAME.fullmatch(self.database):
             raise ConfigError(
-                f"lake database {self.database!r} must be a lower-case name of letters, digits and _"
+                f"lake database {shown(self.database)} must be a lower-case name of 1-58 letters, "
+                "digits and _, not starting with a digit"
             )
         if self.metastore not in METASTORES:
             raise ConfigError(f"lake metastore {self.metastore!r} is unknown; use one of {METASTORES}")

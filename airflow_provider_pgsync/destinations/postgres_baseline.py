@@ -123,7 +123,9 @@ def finish_baseline(
             if is_keyed(columns):
                 conn.execute(
                     sql.SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
-                        table.identifier, sql.Identifier(pkey), sql.Identifier(_pkey_name(table.name))
+                        table.identifier,
+                        sql.Identifier(pkey),
+                        sql.Identifier(_free_pkey_name(destination, table)),
                     )
                 )
             conn.execute(sql.SQL("COMMENT ON TABLE {} IS NULL").format(table.identifier))
@@ -192,7 +194,28 @@ def _comment(table: TableRef) -> str:
     return f"pgsync baseline of {table}"
 
 
-def _pkey_name(name: str) -> str:
-    """``<name>_pkey`` within 63 bytes, as PostgreSQL names a primary key it names itself."""
-    head = name.encode()[: 63 - len("_pkey")].decode(errors="ignore")
-    return f"{head}_pkey"
+def _pkey_name(name: str, number: int = 0) -> str:
+    """``<name>_pkey`` (``<name>_pkey<number>`` for a number) within 63 bytes, as PostgreSQL
+    names a primary key it names itself."""
+    suffix = f"_pkey{number or ''}"
+    head = name.encode()[: 63 - len(suffix)].decode(errors="ignore")
+    return f"{head}{suffix}"
+
+
+def _free_pkey_name(destination: PostgresDestination, table: TableRef) -> str:
+    """The first of ``<name>_pkey``, ``<name>_pkey1``, ... no relation of the table's schema has:
+    two long table names cut to the same 58 bytes would otherwise claim one index name (the
+    way PostgreSQL picks the name of a key it names itself)."""
+    for number in range(1000):
+        name = _pkey_name(table.name, number)
+        taken = destination._conn.execute(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = %s",
+            (table.schema, name),
+        ).fetchone()
+        if taken is None:
+            return name
+    raise DestinationError(
+        f"destination {destination.name}: no free name for the primary key of {table} "
+        f"({_pkey_name(table.name)} to {_pkey_name(table.name, 999)} are taken); rename the table"
+    )

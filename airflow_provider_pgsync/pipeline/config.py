@@ -33,7 +33,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     Checks,
     ConfigProblem,
     PipelineConfigError,
-    is_text,
+    conn_id_problem,
     join_path,
     set_field,
 )
@@ -48,12 +48,21 @@ from airflow_provider_pgsync.pipeline.reading_parts import (
     read_section,
     read_table,
 )
-from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
+from airflow_provider_pgsync.source.names import (
+    TableRef,
+    shown,
+    validate_publication_name,
+    validate_slot_name,
+)
 
 NAME_PREFIX = "pgsync_"
 """Prefix of the slot and publication names derived from a pipeline's name."""
 
 _PIPELINE_NAME = re.compile(r"[A-Za-z0-9_]{1,56}")
+PIPELINE_NAME_RULE = (
+    "use 1-56 ASCII letters, digits or _ (e.g. 'shop'); the name is part of DAG ids, the default "
+    "slot and publication, Variable keys, lock keys and the changelog's folder"
+)
 
 
 @dataclass(frozen=True)
@@ -80,9 +89,10 @@ class PipelineConfig:
     def __post_init__(self) -> None:
         checks = Checks()
         if not isinstance(self.name, str) or not _PIPELINE_NAME.fullmatch(self.name):
-            checks.add("name", f"{self.name!r} is not allowed: use 1-56 letters, digits or _ (e.g. 'shop')")
-        if not is_text(self.source_conn_id):
-            checks.add("source_conn_id", f"must name an Airflow connection, not {self.source_conn_id!r}")
+            checks.add("name", f"{shown(self.name)} is not allowed: {PIPELINE_NAME_RULE}")
+        problem = conn_id_problem(self.source_conn_id)
+        if problem:
+            checks.add("source_conn_id", problem)
         derived = NAME_PREFIX + (self.name.lower() if isinstance(self.name, str) else "")
         set_field(self, "slot_name", self.slot_name or derived)
         set_field(self, "publication_name", self.publication_name or derived)
@@ -94,7 +104,7 @@ class PipelineConfig:
         for key, cls in SECTIONS.items():
             if not isinstance(getattr(self, key), cls):
                 checks.add(key, f"must be a {cls.__name__}, not {getattr(self, key)!r}")
-        checks.raise_any(f"pipeline {self.name!r}")
+        checks.raise_any(f"pipeline {shown(self.name)}")
 
     def _check_tables(self, checks: Checks) -> None:
         items = _as_tuple(self.tables)

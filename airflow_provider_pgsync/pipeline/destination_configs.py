@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_provider_pgsync.destinations.configs import CLASS_PATH
+from airflow_provider_pgsync.destinations.configs import CLASS_PATH, check_destination_name
 from airflow_provider_pgsync.destinations.lake import METASTORES, LakeDestination
 from airflow_provider_pgsync.destinations.postgres import DEFAULT_FILLFACTOR
-from airflow_provider_pgsync.pipeline.problems import Checks, choice, is_text, location_problem
-from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.pipeline.problems import Checks, choice, conn_id_problem, location_problem
+from airflow_provider_pgsync.source.names import TableRef, shown
 
 DESTINATION_KINDS = ("lake", "postgres", "custom")
 
-_LAKE_DATABASE = re.compile(r"[a-z_][a-z0-9_]*")
+_LAKE_DATABASE = re.compile(r"[a-z_][a-z0-9_]{0,57}")  # the destination is lake_<database>
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,11 @@ class LakeDestinationConfig:
             if problem:
                 checks.add("warehouse", problem)
         if not isinstance(self.database, str) or not _LAKE_DATABASE.fullmatch(self.database):
-            checks.add("database", f"{self.database!r} is not allowed: use lower-case letters, digits and _")
+            checks.add(
+                "database",
+                f"{shown(self.database)} is not allowed: use 1-58 lower-case letters, digits and _, "
+                "not starting with a digit",
+            )
         problem = choice(self.metastore, METASTORES)
         if problem:
             checks.add("metastore", problem)
@@ -87,10 +91,10 @@ class PostgresDestinationConfig:
 
     def __post_init__(self) -> None:
         checks = Checks()
-        if not is_text(self.conn_id):
-            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}")
-        if not is_text(self.name):
-            checks.add("name", f"must be a non-empty name, not {self.name!r}")
+        problem = conn_id_problem(self.conn_id)
+        if problem:
+            checks.add("conn_id", problem)
+        checks.catch("name", lambda: check_destination_name(self.name, self.kind))
         checks.catch("control_schema", lambda: TableRef(self.control_schema, "watermarks"))
         # PostgresDestination's own rule, checked here too: the destination checks it only as it connects
         fillfactor = self.fillfactor
@@ -132,8 +136,7 @@ class CustomDestinationConfig:
                 f"must be the dotted path of a Destination subclass (package.module.Class), "
                 f"not {self.class_path!r}",
             )
-        if not is_text(self.name):
-            checks.add("name", f"must be a non-empty name, not {self.name!r}")
+        checks.catch("name", lambda: check_destination_name(self.name, self.kind))
         if not isinstance(self.options, Mapping):
             checks.add("options", f"must be a mapping, not {self.options!r}")
         else:

@@ -11,19 +11,21 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_pgsync.pipeline.problems import (
     Checks,
     choice,
+    conn_id_problem,
     describe,
     format_duration,
     is_text,
     location_problem,
     set_field,
 )
-from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.names import TableRef, check_identifier, shown
 from airflow_provider_pgsync.source.row_condition import GRAMMARS, check_expression
 
 STATE_BACKENDS = ("variables", "postgres")
@@ -92,7 +94,9 @@ class TableConfig:
         for i, column in enumerate(self.columns):
             if not isinstance(column, str) or not column:
                 checks.add(f"columns[{i}]", f"must be a column name, not {column!r}")
-            elif column in seen:
+                continue
+            checks.catch(f"columns[{i}]", partial(check_identifier, column, "column name"))
+            if column in seen:
                 checks.add(f"columns[{i}]", f"column {column!r} is listed twice")
             seen.add(column)
 
@@ -132,8 +136,9 @@ class StateConfig:
         problem = choice(self.backend, STATE_BACKENDS)
         if problem:
             checks.add("backend", problem)
-        if self.conn_id is not None and not is_text(self.conn_id):
-            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}; or omit it")
+        problem = None if self.conn_id is None else conn_id_problem(self.conn_id)
+        if problem:
+            checks.add("conn_id", f"{problem}; or omit it")
         checks.catch("schema", lambda: TableRef(self.schema, "pipeline_state"))
         checks.raise_any("state config")
 
@@ -187,8 +192,9 @@ class SparkConfig:
 
     def __post_init__(self) -> None:
         checks = Checks()
-        if not is_text(self.conn_id):
-            checks.add("conn_id", f"must name an Airflow connection, not {self.conn_id!r}")
+        problem = conn_id_problem(self.conn_id)
+        if problem:
+            checks.add("conn_id", problem)
         if self.jars is not None and not is_text(self.jars):
             checks.add("jars", f"must be a comma-separated list of jars, not {self.jars!r}; or omit it")
         set_field(self, "conf", self._checked_conf(checks))
@@ -267,14 +273,18 @@ class BaselineConfig:
                 "fetch_size": self.fetch_size, "backfill_filters": self.backfill_filters}  # fmt: skip
 
 
+_INT4_MAX = 2**31 - 1  # counts reach PostgreSQL (upto_nchanges) and JDBC (fetch size) as int4
+_INT8_MAX = 2**63 - 1
+
+
 def _positive(checks: Checks, path: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        checks.add(path, f"must be a positive number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= _INT4_MAX:
+        checks.add(path, f"must be a positive number up to {_INT4_MAX}, not {shown(value)}")
 
 
-def _positive_int(checks: Checks, path: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        checks.add(path, f"must be a positive integer, not {value!r}")
+def _positive_int(checks: Checks, path: str, value: object, most: int = _INT4_MAX) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
+        checks.add(path, f"must be a positive integer up to {most}, not {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -329,8 +339,9 @@ class BatchLimits:
 
     def __post_init__(self) -> None:
         checks = Checks()
-        for name in ("max_changes", "batch_rows", "batch_bytes"):
+        for name in ("max_changes", "batch_rows"):
             _positive_int(checks, name, getattr(self, name))
+        _positive_int(checks, "batch_bytes", self.batch_bytes, most=_INT8_MAX)
         timeout = self.peek_statement_timeout
         if not isinstance(timeout, timedelta) or timeout < timedelta(0):
             checks.add("peek_statement_timeout", f"must be a duration of zero or more, not {timeout!r}")

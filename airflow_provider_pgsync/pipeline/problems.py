@@ -14,10 +14,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.source.names import shown
 
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
 _DURATION_UNITS = {"w": timedelta(weeks=1), "d": timedelta(days=1), "h": timedelta(hours=1),
                    "m": timedelta(minutes=1), "s": timedelta(seconds=1)}  # fmt: skip
+_MAX_PROBLEM_CHARS = 600
+_MAX_LOCATION_CHARS = 4096  # PATH_MAX of Linux
 _VALUE_NAMES = {bool: "the boolean", int: "the integer", float: "the number", str: "the string"}
 
 
@@ -36,7 +39,12 @@ class ConfigProblem:
         return ConfigProblem(join_path(prefix, self.path), self.message)
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        if len(text) <= _MAX_PROBLEM_CHARS:
+            return text
+        # a huge value (or key) in the message: keep the key path and the remedy around it
+        half = _MAX_PROBLEM_CHARS // 2
+        return f"{text[:half]}...({len(text) - 2 * half} characters)...{text[-half:]}"
 
 
 class PipelineConfigError(ConfigError):
@@ -86,7 +94,7 @@ def choice(value: object, allowed: Sequence[str]) -> str | None:
     """The problem with ``value`` if it is not one of ``allowed``."""
     if value in allowed:
         return None
-    return f"{value!r} is not allowed; use one of: {', '.join(allowed)}"
+    return f"{shown(value)} is not allowed; use one of: {', '.join(allowed)}"
 
 
 def is_text(value: object) -> bool:
@@ -94,10 +102,25 @@ def is_text(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
+_CONN_ID = re.compile(r"[\w.-]{1,200}")  # Airflow 3's rule for connection ids (its REST API's)
+
+
+def conn_id_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as the id of an Airflow connection (None: nothing)."""
+    if isinstance(value, str) and _CONN_ID.fullmatch(value):
+        return None
+    return f"must name an Airflow connection (1-200 letters, digits, _, . or -), not {shown(value)}"
+
+
 def location_problem(value: object) -> str | None:
     """What is wrong with ``value`` as a folder or URI that every task reads the same way."""
     if not isinstance(value, str) or not value.strip():
-        return f"must be an absolute folder or a URI, not {value!r}; or omit it for the default"
+        return f"must be an absolute folder or a URI, not {shown(value)}; or omit it for the default"
+    if len(value) > _MAX_LOCATION_CHARS or not value.isprintable():
+        return (
+            f"{shown(value)} is not a usable folder or URI: give at most {_MAX_LOCATION_CHARS} "
+            "printable characters (no NUL, line breaks or other control characters)"
+        )
     if "://" in value or value.startswith("file:") or os.path.isabs(value):
         return None
     return f"{value!r} is relative to the folder a task runs in: give an absolute folder or a URI"
@@ -110,7 +133,7 @@ def describe(value: object) -> str:
     if isinstance(value, list | Mapping):
         return "a list" if isinstance(value, list) else "a mapping"
     name = _VALUE_NAMES.get(type(value))
-    return f"{name} {value!r}" if name else repr(value)
+    return f"{name} {shown(value)}" if name else shown(value)
 
 
 def set_field(obj: object, name: str, value: object) -> None:
@@ -125,8 +148,13 @@ def parse_duration(text: str) -> timedelta:
     """``"36h"``, ``"7d"``, ``"2w"`` (units s, m, h, d, w) as a timedelta."""
     match = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
-        raise ConfigError(f"{text!r} is not a duration; write a whole number and a unit, e.g. 36h, 7d or 2w")
-    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        raise ConfigError(
+            f"{shown(text)} is not a duration; write a whole number and a unit, e.g. 36h, 7d or 2w"
+        )
+    try:
+        return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    except (OverflowError, ValueError):  # beyond timedelta's 999999999 days
+        raise ConfigError(f"{shown(text)} is too long a duration; e.g. 36h, 7d or 2w") from None
 
 
 def format_duration(value: timedelta) -> str:

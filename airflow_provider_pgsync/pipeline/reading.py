@@ -73,10 +73,23 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.config import PipelineConfig, read_pipeline
 from airflow_provider_pgsync.pipeline.problems import ConfigProblem, PipelineConfigError, join_path
 from airflow_provider_pgsync.pipeline.reading_parts import LIST, read_mapping
+from airflow_provider_pgsync.source.names import shown
+
+MAX_YAML_VALUES = 100_000
+"""Values a config file may hold once its aliases are expanded: far more than any pipeline needs,
+far fewer than a "billion laughs" document, whose few lines of aliases expand to billions."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that refuses a key given twice in one mapping (safe_load keeps the last)."""
+    """PyYAML's safe loader (plain data only: no tags that build Python objects) that refuses a
+    key given twice in one mapping (safe_load keeps the last), an alias inside its own anchor,
+    and a document of more than MAX_YAML_VALUES values with its aliases expanded."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node: yaml.Node | None = super().compose_document()
+        if node is not None:
+            _check_expanded_size(node)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
@@ -99,6 +112,44 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _check_expanded_size(root: yaml.Node) -> None:
+    """ComposerError when the aliases under ``root`` expand to too many values, or to a cycle."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(
+                None, None, "an alias refers to a list or mapping that holds it (a recursive anchor)",
+                node.start_mark,
+            )  # fmt: skip
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children: list[yaml.Node] = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_VALUES:
+                raise yaml.composer.ComposerError(
+                    None, None,
+                    f"its anchors and aliases expand to more than {MAX_YAML_VALUES} values "
+                    "(a 'billion laughs' document?); write the values out or use fewer aliases",
+                    node.start_mark,
+                )  # fmt: skip
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 def load_pipelines(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
     """The pipelines of a YAML file: one pipeline mapping, or ``pipelines: [...]``.
 
@@ -115,6 +166,10 @@ def load_pipelines(path: str | os.PathLike[str]) -> tuple[PipelineConfig, ...]:
         raise ConfigError(f"pipeline config {source} is not valid YAML: {_yaml_problem(exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"pipeline config {source} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"pipeline config {source} is nested too deeply to read; a pipeline needs a few levels"
+        ) from None
     return parse_pipelines(data, source=source)
 
 
@@ -129,6 +184,9 @@ def parse_pipelines(data: object, *, source: str = "pipeline config") -> tuple[P
     """The pipelines of plain data as a file holds it: one pipeline mapping or ``pipelines: [...]``."""
     problems: list[ConfigProblem] = []
     found: list[tuple[str, PipelineConfig]] = []
+    problems.extend(_nul_problems(data, "", set()))
+    if problems:
+        raise PipelineConfigError(problems, source=source)
     if data is None:
         problems.append(ConfigProblem("", "is empty; give a pipeline mapping or 'pipelines: [...]'"))
     elif isinstance(data, Mapping) and "pipelines" in data:
@@ -148,6 +206,26 @@ def parse_pipelines(data: object, *, source: str = "pipeline config") -> tuple[P
     if problems:
         raise PipelineConfigError(problems, source=source)
     return tuple(config for _, config in found)
+
+
+def _nul_problems(data: object, path: str, seen: set[int]) -> list[ConfigProblem]:
+    """A problem for each string holding a NUL character (no SQL text, argument, environment
+    variable or path can carry one), keys included; each list or mapping looked at once."""
+    if isinstance(data, str):
+        if "\0" not in data:
+            return []
+        return [ConfigProblem(path, f"{shown(data)} contains a NUL character; remove it")]
+    if not isinstance(data, Mapping | list | tuple) or id(data) in seen:
+        return []
+    seen.add(id(data))
+    found = []
+    items = data.items() if isinstance(data, Mapping) else ((f"[{i}]", v) for i, v in enumerate(data))
+    for key, value in items:
+        if isinstance(key, str) and "\0" in key:
+            found.append(ConfigProblem(path, f"the key {shown(key)} contains a NUL character; remove it"))
+            continue
+        found.extend(_nul_problems(value, join_path(path, str(key)), seen))
+    return found
 
 
 def pipelines_from(
@@ -174,7 +252,9 @@ def _clashes(configs: Sequence[tuple[str, PipelineConfig]]) -> list[ConfigProble
     owners: dict[tuple[str, object], str] = {}
     for path, config in configs:
         claims = [
-            ("name", config.name, "pipeline names must be unique"),
+            # ignoring case: a case-insensitive file system or metadata database (MySQL) would
+            # give two such pipelines one changelog folder, DAG ids or Variable keys
+            ("name", config.name.lower(), "pipeline names must be unique, ignoring case"),
             ("slot_name", (config.source_conn_id, config.slot_name), "a source's slots must be unique"),
             ("publication_name", (config.source_conn_id, config.publication_name),
              "a source's publications must be unique"),
@@ -183,7 +263,7 @@ def _clashes(configs: Sequence[tuple[str, PipelineConfig]]) -> list[ConfigProble
         for key, value, rule in claims:
             owner = owners.setdefault((key, value), path)
             if owner != path:
-                shown = value[1] if isinstance(value, tuple) else value
+                shown = value[1] if isinstance(value, tuple) else config.name if key == "name" else value
                 problems.append(
                     ConfigProblem(
                         join_path(path, key),

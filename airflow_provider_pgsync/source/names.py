@@ -23,7 +23,7 @@ def validate_slot_name(name: str) -> str:
     """Return ``name`` if PostgreSQL accepts it as a replication slot name."""
     if not isinstance(name, str) or not _SIMPLE_NAME.fullmatch(name):
         raise ConfigError(
-            f"replication slot name {name!r} is not allowed: use 1-63 characters of lower-case "
+            f"replication slot name {shown(name)} is not allowed: use 1-63 characters of lower-case "
             "letters, digits and underscores, starting with a letter or underscore (e.g. 'pgsync_orders')"
         )
     return name
@@ -33,10 +33,44 @@ def validate_publication_name(name: str) -> str:
     """Return ``name`` if it is a simple lower-case identifier (see the module docstring)."""
     if not isinstance(name, str) or not _SIMPLE_NAME.fullmatch(name):
         raise ConfigError(
-            f"publication name {name!r} is not allowed: use 1-63 characters of lower-case "
+            f"publication name {shown(name)} is not allowed: use 1-63 characters of lower-case "
             "letters, digits and underscores, starting with a letter or underscore (e.g. 'pgsync_pub')"
         )
     return name
+
+
+MAX_IDENTIFIER_BYTES = 63
+"""PostgreSQL's identifier limit (NAMEDATALEN - 1): a longer name is refused, never cut."""
+_SHOWN_CHARS = 80
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut in the middle when long (a 100 kB value
+    must not become a 100 kB message); the repr escapes NUL, control and bidi characters."""
+    text = repr(value)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    half = _SHOWN_CHARS // 2
+    return f"{text[:half]}...({len(text) - 2 * half} more characters)...{text[-half:]}"
+
+
+def check_identifier(value: object, what: str) -> str:
+    """``value`` if PostgreSQL takes it as an identifier exactly (quoted): a non-empty string
+    of at most 63 bytes of UTF-8 without NUL. ``what`` names it in the error."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{what} {shown(value)} must be a non-empty string")
+    if "\x00" in value:
+        raise ConfigError(f"{what} {shown(value)} contains a NUL character, which PostgreSQL cannot store")
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"{what} {shown(value)} is not valid Unicode text") from exc
+    if size > MAX_IDENTIFIER_BYTES:
+        raise ConfigError(
+            f"{what} {shown(value)} is {size} bytes, longer than PostgreSQL's 63-byte identifier limit "
+            "(PostgreSQL would cut it, and two long names could become one): rename it"
+        )
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -48,16 +82,7 @@ class TableRef:
 
     def __post_init__(self) -> None:
         for part, value in (("schema", self.schema), ("table", self.name)):
-            if not isinstance(value, str) or not value or "\x00" in value:
-                raise ConfigError(f"{part} name {value!r} of a table must be a non-empty string without NUL")
-            try:
-                size = len(value.encode())
-            except UnicodeEncodeError as exc:
-                raise ConfigError(f"{part} name {value!r} of a table is not valid Unicode text") from exc
-            if size > 63:
-                raise ConfigError(
-                    f"{part} name {value!r} is longer than PostgreSQL's 63-byte identifier limit"
-                )
+            check_identifier(value, f"{part} name")
 
     @classmethod
     def parse(cls, text: str, *, default_schema: str = "public") -> TableRef:
@@ -68,7 +93,7 @@ class TableRef:
             return cls(default_schema, parts[0])
         if len(parts) == 2:
             return cls(parts[0], parts[1])
-        raise ConfigError(f"table name {text!r} has {len(parts)} dotted parts; expected 'schema.table'")
+        raise ConfigError(f"table name {shown(text)} has {len(parts)} dotted parts; expected 'schema.table'")
 
     @property
     def identifier(self) -> sql.Identifier:
@@ -101,7 +126,7 @@ def quote_ident(part: str) -> str:
 
 def _split_qualified(text: str) -> list[str]:
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"table name {text!r} is empty; expected 'schema.table'")
+        raise ConfigError(f"table name {shown(text)} is empty; expected 'schema.table'")
     parts: list[str] = []
     i, n = 0, len(text)
     while True:
@@ -113,7 +138,7 @@ def _split_qualified(text: str) -> list[str]:
             while True:
                 close = text.find('"', end)
                 if close < 0:
-                    raise ConfigError(f"table name {text!r} has an unterminated quoted identifier")
+                    raise ConfigError(f"table name {shown(text)} has an unterminated quoted identifier")
                 chunk.append(text[end:close])
                 if close + 1 < n and text[close + 1] == '"':
                     chunk.append('"')
@@ -126,7 +151,7 @@ def _split_qualified(text: str) -> list[str]:
             match = _UNQUOTED_PART.match(text, i)
             if match is None:
                 raise ConfigError(
-                    f"table name {text!r} is not a valid identifier at position {i}; "
+                    f"table name {shown(text)} is not a valid identifier at position {i}; "
                     'quote unusual names like "My Table"'
                 )
             parts.append(match.group(0).lower())
@@ -136,5 +161,5 @@ def _split_qualified(text: str) -> list[str]:
         if i == n:
             return parts
         if text[i] != ".":
-            raise ConfigError(f"table name {text!r} has unexpected {text[i]!r} at position {i}")
+            raise ConfigError(f"table name {shown(text)} has unexpected {text[i]!r} at position {i}")
         i += 1

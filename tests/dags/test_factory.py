@@ -208,7 +208,7 @@ def test_a_backfill_gets_each_table_with_the_filter() -> None:
         ({"backfill_filter": "id > 1"}, r"param 'backfill_filter' is for mode 'backfill' only"),
         ({"tables": []}, r"param 'tables' must be a non-empty list.*public\.orders"),
         ({"tables": "orders"}, r"param 'tables' must be a non-empty list"),
-        ({"tables": ["orders", "public.nope"]}, r"param 'tables': pipeline 'shop' has no table public\.nope"),
+        ({"tables": ["orders", "public.nope"]}, r"param 'tables': pipeline 'shop' has no table 'public\.no"),
     ],
 )
 def test_bad_baseline_params_are_refused_naming_the_param(params: dict[str, Any], message: str) -> None:

@@ -109,6 +109,18 @@ def test_a_custom_config_needs_a_name() -> None:
             open_destination(config)
 
 
+@pytest.mark.parametrize(
+    "name", ["../x", "a/b", "'; DROP TABLE x; --", "$(id)", "r\u202e", "r\x00", "é", "-r", "r" * 64]
+)
+def test_a_destination_name_outside_the_rule_is_refused_before_anything_opens(name: object) -> None:
+    """Operators built without a pipeline config meet the same rule as the config's names."""
+    for config in ({"kind": "postgres", "conn_id": "r", "name": name}, custom(f"{HERE}.Memory", name=name)):
+        with pytest.raises(ConfigError, match=r"destination name .* is not allowed: use 1-63 ASCII"):
+            destination_name(config)
+    with pytest.raises(ConfigError, match=r"custom destination name .* is not allowed"):
+        open_destination(custom(f"{HERE}.Memory", name=name))
+
+
 def test_options_the_class_does_not_take_are_refused() -> None:
     with pytest.raises(ConfigError, match="does not take these options"):
         open_destination(custom(f"{HERE}.Memory", name="x", colour="red"))

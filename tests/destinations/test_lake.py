@@ -276,3 +276,25 @@ def test_default_warehouse_without_airflow_home(
         monkeypatch.setenv("AIRFLOW_HOME", airflow_home)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert default_warehouse() == str(tmp_path / "airflow" / "pgsync" / "lake")
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        TableRef("..", ".."),
+        TableRef("../../etc", "passwd"),
+        TableRef("/", "\\"),
+        TableRef("a/../b", "$(touch x)"),
+        TableRef("x" * 63, "y" * 63),
+        TableRef("é" * 31, "😀" * 15),
+        TableRef("Ü" * 31 + "z", "z" * 63),
+    ],
+)
+def test_catalog_names_stay_one_folder_in_the_lake_and_fit_the_metastore(table: TableRef) -> None:
+    """A catalog name is one folder name under the lake's database folder (no separator, no
+    ``..``), and the longest (its changes tables add 36 characters) fits Hive's 256 characters."""
+    name = catalog_name(table)
+    assert name.isascii() and all(c.isalnum() or c == "_" for c in name) and name.strip("_") == name
+    assert len(name) + len("__changes_v20261124T102654Z-823fc1d2") <= 256
+    lake = LakeDestination.from_config({"warehouse": "/data/lake"})
+    assert lake.table_dir(table) == f"/data/lake/pgsync/{name}"

@@ -175,3 +175,25 @@ def test_a_watermarks_table_of_an_earlier_version_is_upgraded(replica: Database)
     assert nullable == [("commit_lsn", True), ("seq", True), ("lineage", True)]
     destination.close()
     PostgresDestination(replica.conninfo, name="replica").close()  # a second open alters nothing
+
+
+def test_long_table_names_that_share_their_first_58_bytes_each_get_a_primary_key(replica: Database) -> None:
+    """PostgreSQL cuts ``<name>_pkey`` to 63 bytes: two such tables in one schema would claim one
+    index name. Each baseline picks a free name the way PostgreSQL does (``..._pkey1``), also
+    when it replaces the table."""
+    head = "é" * 29  # 58 bytes: the rest of each name is cut from its key's name
+    tables = [TableRef("shop", head + "_one1"), TableRef("shop", head + "_two2")]
+    destination = PostgresDestination(replica.conninfo, name="replica")
+    for lineage in (FIRST, SECOND):  # a baseline of both, then a rebaseline of both
+        for i, table in enumerate(tables):
+            staging = destination.prepare_baseline(table, COLUMNS[:2], lineage)
+            _fill(replica, staging, (i, i))
+            destination.finish_baseline(table, staging, lineage, COLUMNS[:2])
+        keys = replica.execute(
+            "SELECT conrelid::regclass::text, conname::text FROM pg_constraint"
+            " WHERE connamespace = 'shop'::regnamespace AND contype = 'p' ORDER BY 1"
+        )
+        # "é" is two bytes: "_pkey1" leaves room for 28 of them
+        assert keys == [(str(tables[0]), head + "_pkey"), (str(tables[1]), "é" * 28 + "_pkey1")], keys
+        assert [rows(replica, str(t)) for t in tables] == [[("0", "0.00")], [("1", "1.00")]]
+    destination.close()

@@ -110,7 +110,7 @@ def test_a_custom_destination_round_trips_with_its_options() -> None:
         ({"kind": "custom", "class": "a.B"}, "destinations[0].name", "missing (required)"),
         ({**CUSTOM, "class": "a..B"}, "destinations[0].class", "must be the dotted path of a Destination"),
         ({**CUSTOM, "class": "B"}, "destinations[0].class", "must be the dotted path of a Destination"),
-        ({**CUSTOM, "name": ""}, "destinations[0].name", "must be a non-empty name"),
+        ({**CUSTOM, "name": ""}, "destinations[0].name", "custom destination name '' is not allowed"),
         ({**CUSTOM, "class": 3}, "destinations[0].class", "must be "),
     ],
 )

@@ -72,7 +72,7 @@ def test_parse_uses_the_default_schema_only_for_one_part() -> None:
         ("a-b", "table name 'a-b' has unexpected '-' at position 1"),
         ("orders; DROP TABLE x", "has unexpected ';' at position 6"),
         ('"a"b', "has unexpected 'b' at position 3"),
-        ('""', "table name '' of a table must be a non-empty string"),
+        ('""', "table name '' must be a non-empty string"),
         ('"' + "x" * 64 + '"', "longer than PostgreSQL's 63-byte identifier limit"),
     ],
 )
@@ -89,16 +89,16 @@ def test_parse_rejects_non_strings(value: Any) -> None:
 
 
 def test_table_ref_rejects_bad_parts() -> None:
-    with pytest.raises(ConfigError, match="schema name '' of a table"):
+    with pytest.raises(ConfigError, match="schema name '' must be a non-empty string"):
         TableRef("", "t")
-    with pytest.raises(ConfigError, match="table name 'a\\\\x00b' of a table"):
+    with pytest.raises(ConfigError, match="table name 'a\\\\x00b' contains a NUL character"):
         TableRef("public", "a\x00b")
     # 63 bytes is the limit in bytes, not characters
     TableRef("public", "é" * 31)
     with pytest.raises(ConfigError, match="63-byte"):
         TableRef("public", "é" * 32)
     # e.g. from json.loads('"\\ud800"'): a typed error, not UnicodeEncodeError
-    with pytest.raises(ConfigError, match="table name '\\\\ud800' of a table is not valid Unicode text"):
+    with pytest.raises(ConfigError, match="table name '\\\\ud800' is not valid Unicode text"):
         TableRef.parse('"\ud800"')
 
 
