@@ -211,7 +211,7 @@ def source_unreachable(config: PipelineConfig, exc: SourceUnavailableError) -> P
     """The problem of a source the API server cannot connect to: the connection, the driver's error
     (it names host and port) and what to check; nothing about the state or the setup DAG."""
     cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
-    error = " ".join(str(cause).split())
+    error = "; ".join(" ".join(line.split()) for line in str(cause).splitlines() if line.strip())
     conn_id = config.source_conn_id
     return Problem(
         f"source of pipeline {config.name}",

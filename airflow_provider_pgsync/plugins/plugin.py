@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.api_fastapi.core_api.security import GetUserDep
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -25,7 +26,7 @@ STATUS_PATH = "/status"
 def create_app() -> FastAPI:
     """The plugin's FastAPI app: ``GET /status`` renders the status page for the request's user."""
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView
-    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_view
+    from airflow.api_fastapi.core_api.security import requires_access_view
 
     from airflow_provider_pgsync.plugins.access import AuthManagerAccess
     from airflow_provider_pgsync.plugins.collect import collect_page
@@ -42,7 +43,8 @@ def create_app() -> FastAPI:
             return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), 307)
         return await http_exception_handler(request, exc)
 
-    # a sync endpoint: FastAPI runs it in a worker thread, so its blocking I/O never stalls the server
+    # a sync endpoint: FastAPI runs it in a worker thread, so its blocking I/O never stalls the server;
+    # GetUserDep is imported at module level: FastAPI resolves the (string) annotation there
     @app.get(
         STATUS_PATH,
         response_class=HTMLResponse,
