@@ -332,6 +332,22 @@ def test_status_page_in_chromium(
     shutil.rmtree(profile, ignore_errors=True)
 
 
+def _token(base: str, user: str) -> str:
+    """A JWT of ``user`` from the SimpleAuthManager's token endpoint (as an API client logs in)."""
+    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
+    request = urllib.request.Request(
+        f"{base}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.load(response)["access_token"])
+
+
+def _fetch(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return str(response.read().decode())
+
+
 @pytest.mark.slow
 def test_two_roles_see_different_pipelines_in_chromium(
     shop: Shop, team_dags: dict[str, list[str]], team_api_server: str
@@ -345,6 +361,13 @@ def test_two_roles_see_different_pipelines_in_chromium(
         urllib.request.urlopen(status_url, timeout=30)
     assert denied.value.code == 401
     assert b"shop" not in denied.value.read()
+    # an API client with a bearer token gets the page of its user; a forged token gets nothing
+    assert _fetch(status_url, _token(base, "bob")).count("data-pipeline=") == 1
+    assert "shop" not in _fetch(status_url, _token(base, "bob"))
+    assert 'data-pipeline="shop"' in _fetch(status_url, _token(base, "alice"))
+    with pytest.raises(urllib.error.HTTPError) as forged:
+        _fetch(status_url, _token(base, "alice")[:-4] + "AAAA")
+    assert forged.value.code == 403
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
