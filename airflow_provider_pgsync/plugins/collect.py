@@ -17,10 +17,11 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.errors import PgSyncError
+from airflow_provider_pgsync.errors import PgSyncError, SourceUnavailableError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.pipeline import PipelineConfig, load_pipelines
+from airflow_provider_pgsync.plugins.access import Access
 from airflow_provider_pgsync.plugins.status import (
     PipelineStatus,
     Problem,
@@ -68,8 +69,11 @@ def cdc_dag_id(pipeline: str) -> str:
     return f"pgsync_{pipeline}_cdc"
 
 
-def collect_page(config_path: str | None = None, *, now: datetime | None = None) -> StatusPage:
-    """The status of every pipeline of the config (``$PGSYNC_CONFIG`` by default)."""
+def collect_page(
+    config_path: str | None = None, *, access: Access, now: datetime | None = None
+) -> StatusPage:
+    """The status of every pipeline of the config (``$PGSYNC_CONFIG`` by default) that ``access``
+    lets the user see; the others are left out before anything about them is read."""
     now = now or datetime.now(UTC)
     path = config_path if config_path is not None else os.environ.get(CONFIG_ENV, "")
     if not path:
@@ -79,39 +83,62 @@ def collect_page(config_path: str | None = None, *, now: datetime | None = None)
             f"set {CONFIG_ENV} to the YAML file the pgsync DAGs read, then restart the API server",
         )
         return StatusPage(now, "(not set)", problems=(problem,))
+    details = access.may_read_config()
+    shown_path = path if details else ""
     try:
         configs = load_pipelines(path)
     except PgSyncError as exc:
-        problem = Problem(f"pipeline config {path}", str(exc), "fix the file; the pgsync DAGs fail on it too")
-        return StatusPage(now, path, problems=(problem,))
-    return StatusPage(now, path, tuple(collect_pipeline(c, now=now) for c in configs))
+        if details:
+            remedy = "fix the file; the pgsync DAGs fail on it too"
+            problem = Problem(f"pipeline config {path}", str(exc), remedy)
+        else:  # the message may name any pipeline, and the path is the deployment's
+            problem = Problem(
+                "pipeline config",
+                "the pipeline config cannot be loaded",
+                "ask an Airflow admin: users who may read Airflow's configuration see the reason here",
+            )
+        return StatusPage(now, shown_path, problems=(problem,))
+    visible = [c for c in configs if access.may_read_pipeline(c)]
+    return StatusPage(now, shown_path, tuple(collect_pipeline(c, now=now) for c in visible))
 
 
 def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus:
-    """One pipeline's status; each part that fails adds a Problem and leaves its figures unknown."""
+    """One pipeline's status; each part that fails adds a Problem and leaves its figures unknown.
+
+    An unreachable source is one problem of its own; the tables' phases are still shown from
+    the state when the state store is elsewhere (Airflow Variables or a control database).
+    """
     problems: list[Problem] = []
     source = PgReplicationHook(postgres_conn_id=config.source_conn_id)
-    state = _guard(
-        problems,
-        f"state of pipeline {config.name}",
-        lambda: load_state(config, source),
-        f"check that the {config.state.backend} state store can be read (see the message)",
-    )
+    facts, reachable = read_source(problems, source, config)
+    control = config.state.conn_id
+    state_on_source = config.state.backend == "postgres" and control in (None, config.source_conn_id)
+    if reachable or not state_on_source:
+        state = _guard(
+            problems,
+            f"state of pipeline {config.name}",
+            lambda: load_state(config, source),
+            f"check that the {config.state.backend} state store can be read (see the message)",
+        )
+    else:
+        state = None
+        problems.append(
+            Problem(
+                f"state of pipeline {config.name}",
+                "the state is kept in the source database, which could not be reached, so the "
+                "tables' phases are unknown",
+                "make the source reachable (see the problem above); the phases are shown again then",
+            )
+        )
     if state is not None and state.version == 0:
+        setup = f"run the DAG pgsync_{config.name}_setup to set the pipeline up"
         problems.append(
             Problem(
                 f"state of pipeline {config.name}",
                 f"no state is saved in the {config.state.backend} state store",
-                f"run the DAG pgsync_{config.name}_setup to set the pipeline up",
+                setup if reachable else f"once the source is reachable, {setup}",
             )
         )
-    where = f"source connection {config.source_conn_id!r}"
-    facts = _guard(
-        problems,
-        where,
-        lambda: source_facts(source, config),
-        f"check that the source server runs and Airflow connection {config.source_conn_id!r} points at it",
-    )
     slot, estimates = facts if facts is not None else (None, None)
     if facts is not None and slot is None:
         problems.append(
@@ -144,7 +171,7 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
         name=config.name,
         slot_name=config.slot_name,
         state_backend=config.state.backend,
-        tables=table_rows(config.table_keys, shown, estimates, [d.name for d in config.destinations]),
+        tables=table_rows(config.table_keys, state, estimates, [d.name for d in config.destinations]),
         state_version=shown.version,
         last_end_lsn=shown.last_end_lsn,
         watermarks=watermarks(shown),
@@ -157,27 +184,69 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
         problems=tuple(problems),
         changelog_segments=len(shown.segments),
         changelog_bytes=retained,
+        state_known=state is not None,
+    )
+
+
+def read_source(
+    problems: list[Problem], source: PgReplicationHook, config: PipelineConfig
+) -> tuple[tuple[SlotStatus | None, dict[str, float | None]] | None, bool]:
+    """The source's figures (None when they could not be read) and whether a session was made;
+    an unreachable source adds the one problem that says so."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return source_facts(source, config), True
+    except SourceUnavailableError as exc:
+        problems.append(source_unreachable(config, exc))
+        return None, False
+    except Exception as exc:
+        conn_id = config.source_conn_id
+        remedy = f"check that the source server runs and Airflow connection {conn_id!r} points at it"
+        problems.append(_problem(f"source connection {conn_id!r}", exc, remedy))
+        return None, not isinstance(exc, AirflowNotFoundException)
+
+
+def source_unreachable(config: PipelineConfig, exc: SourceUnavailableError) -> Problem:
+    """The problem of a source the API server cannot connect to: the connection, the driver's error
+    (it names host and port) and what to check; nothing about the state or the setup DAG."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, psycopg.Error) else exc
+    error = "; ".join(" ".join(line.split()) for line in str(cause).splitlines() if line.strip())
+    conn_id = config.source_conn_id
+    return Problem(
+        f"source of pipeline {config.name}",
+        f"source unreachable: {conn_id}, {error}",
+        f"check that the source server runs and accepts connections from the Airflow API server "
+        f"(host, port, firewall, pg_hba.conf), and that Airflow connection {conn_id!r} points at it "
+        "with the right database, user, password and TLS settings; capture and baselines cannot "
+        "run until it is reachable, and the slot keeps the changes meanwhile",
     )
 
 
 def _guard(problems: list[Problem], subject: str, read: Callable[[], T], remedy: str) -> T | None:
     """``read()``, or None with a Problem about ``subject`` (and ``remedy``) when it fails."""
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
     try:
         return read()
-    except AirflowNotFoundException as exc:
-        missing = "define the Airflow connection where the API server sees it (UI, CLI or AIRFLOW_CONN_*)"
-        problems.append(Problem(subject, f"an Airflow connection is not defined: {exc}", missing))
-    except PgSyncError as exc:
-        problems.append(Problem(subject, str(exc), remedy))
-    except psycopg.Error as exc:
-        problems.append(Problem(subject, f"{type(exc).__name__}: {str(exc).strip()}", remedy))
-    except Exception as exc:  # the page must render; the traceback goes to the API server's log
-        log.exception("pgsync status: reading %s failed", subject)
-        problems.append(Problem(subject, f"{type(exc).__name__}: {exc}", f"{remedy}; the API server's log "
-                                "has the traceback"))  # fmt: skip
+    except Exception as exc:  # the page must render
+        problems.append(_problem(subject, exc, remedy))
     return None
+
+
+def _problem(subject: str, exc: Exception, remedy: str) -> Problem:
+    """The problem that reading ``subject`` failed with ``exc``."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    if isinstance(exc, AirflowNotFoundException):
+        missing = "define the Airflow connection where the API server sees it (UI, CLI or AIRFLOW_CONN_*)"
+        return Problem(subject, f"an Airflow connection is not defined: {exc}", missing)
+    if isinstance(exc, PgSyncError):
+        return Problem(subject, str(exc), remedy)
+    if isinstance(exc, psycopg.Error):
+        return Problem(subject, f"{type(exc).__name__}: {str(exc).strip()}", remedy)
+    # the traceback goes to the API server's log
+    log.error("pgsync status: reading %s failed", subject, exc_info=exc)
+    logged = f"{remedy}; the API server's log has the traceback"
+    return Problem(subject, f"{type(exc).__name__}: {exc}", logged)
 
 
 # ---- state ----------------------------------------------------------------------------------

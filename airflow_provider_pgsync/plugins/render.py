@@ -48,13 +48,22 @@ def render_page(page: StatusPage) -> str:
         '<html lang="en"><head><meta charset="utf-8"><title>pgsync status</title>',
         f"<style>{_STYLE}</style></head><body>",
         "<h1>pgsync status</h1>",
-        f'<p class="note">Pipeline config {_e(page.config_path)}; '
-        f"read at {_e(_time(page.generated_at))}.</p>",
+        f'<p class="note">{_e(_config_note(page))}</p>',
         render_problems(page.problems),
     ]
     parts.extend(render_pipeline(p) for p in page.pipelines)
+    if not page.pipelines and not page.problems:
+        parts.append(
+            '<p class="note no-pipelines">No pipeline to show: the page shows a pipeline to users '
+            "who may read all of its DAGs.</p>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _config_note(page: StatusPage) -> str:
+    read = f"read at {_time(page.generated_at)}."
+    return f"Pipeline config {page.config_path}; {read}" if page.config_path else read.capitalize()
 
 
 def render_problems(problems: Iterable[Problem]) -> str:
@@ -72,16 +81,18 @@ def render_pipeline(status: PipelineStatus) -> str:
     facts = [
         ("Slot", status.slot_name + ("" if slot is None else f" ({slot.wal_status or 'unknown'} WAL status, "
                                      f"{'active' if slot.active else 'inactive'})")),
-        ("State", f"{status.state_backend}, version {status.state_version}"),
-        ("Last captured LSN", status.last_end_lsn or "none"),
+        ("State", f"{status.state_backend}, " + (f"version {status.state_version}" if status.state_known
+                                                 else "unknown (the state store could not be read)")),
+        ("Last captured LSN", (status.last_end_lsn or "none") if status.state_known else "unknown"),
         ("Last capture", _time(status.last_capture_at)),
         ("Last apply", _time(status.last_apply_at)),
         ("Current WAL LSN", "unknown" if slot is None or slot.current_lsn is None else slot.current_lsn),
         ("Slot confirmed LSN", "unknown" if slot is None or slot.confirmed_flush_lsn is None
                                else slot.confirmed_flush_lsn),
         ("Lag", _lag_text(status)),
-        ("Changelog retained", f"{format_bytes(status.changelog_bytes)} in all; "
-                               f"{status.changelog_segments:,} segment(s) a destination still needs"),
+        ("Changelog retained", f"{format_bytes(status.changelog_bytes)} in all; " + (
+            f"{status.changelog_segments:,}" if status.state_known else "an unknown number of")
+            + " segment(s) a destination still needs"),
     ]  # fmt: skip
     for mark in status.watermarks:
         facts.append((f"Applied ({mark.destination})", mark.text if mark.lsn is None else

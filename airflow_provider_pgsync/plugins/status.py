@@ -33,6 +33,9 @@ from airflow_provider_pgsync.state.model import Errored, PipelineState, SyncDone
 NOT_SET_UP = "not set up"
 """The phase shown for a configured table that the state does not hold (yet)."""
 
+UNKNOWN = "unknown"
+"""The phase shown for every table when the state store cannot be read."""
+
 HISTORY_KEYS = ("start_lsn", "upto_lsn")
 """The keys a capture run's XCom return value needs to give a point of the lag chart."""
 
@@ -135,6 +138,8 @@ class PipelineStatus:
     changelog_segments: int = 0
     changelog_bytes: int | None = None
     """The bytes of every segment file the changelog keeps (None: its storage could not be read)."""
+    state_known: bool = True
+    """False when the state store could not be read: the state figures are unknown, not empty."""
 
 
 @dataclass(frozen=True)
@@ -152,16 +157,23 @@ class StatusPage:
 
 def table_rows(
     config_tables: Sequence[str],
-    state: PipelineState,
+    state: PipelineState | None,
     estimates: Mapping[str, float | None] | None = None,
     destinations: Sequence[str] = (),
 ) -> tuple[TableRow, ...]:
     """The configured tables in config order, then tables the state holds that the config lost.
 
+    ``state`` None means the state store could not be read: every table's phase is unknown
+    (never "not set up", which would advise running the setup DAG for tables that may be Ready).
     ``estimates`` maps a table key to ``pg_class.reltuples`` (None: no such table on the
     source); a missing mapping means the source could not be asked. ``destinations`` are the
     configured destinations' names (each table shows each of them, and any other the state has).
     """
+    if state is None:
+        detail = "the state store could not be read (see the problems above), so the phase is unknown"
+        return tuple(
+            TableRow(key, UNKNOWN, *row_estimate(key, estimates), detail=detail) for key in config_tables
+        )
     keys = list(config_tables) + [k for k in state.tables if k not in config_tables]
     rows = []
     for key in keys:
@@ -198,7 +210,10 @@ def _table_row(
     count, note = row_estimate(key, estimates)
     ts = state.tables.get(key)
     if ts is None:
-        return TableRow(key, NOT_SET_UP, count, note, detail="run the pipeline's setup DAG")
+        # estimates None: the source could not be read, and the setup DAG would fail on it too
+        setup = "run the pipeline's setup DAG"
+        setup += " once the source is reachable" if estimates is None else ""
+        return TableRow(key, NOT_SET_UP, count, note, detail=setup)
     per_destination = destination_rows(ts, state, destinations)
     phase = ts.phase
     detail = ""

@@ -1,9 +1,14 @@
 """A pipeline ``shop`` on the test database for the status page: source tables, a slot, a saved
 state (PostgreSQL backend) with a Ready, an Errored and a SyncDone table, and a config file
-that also holds a pipeline ``offline`` whose source cannot be reached."""
+that also holds a pipeline ``offline`` whose source cannot be reached.
+
+``team_dags``: Airflow teams (multi-team mode) owning the DAG bundles that hold each pipeline's
+DAGs, so that an auth manager lets a team's users read only their pipeline's DAGs."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +81,51 @@ def shop(database: Database, source_conn_id: str, tmp_path: Path, monkeypatch: p
     config.write_text(CONFIG.format(source=source_conn_id, offline=offline, root=tmp_path))
     monkeypatch.setenv("PGSYNC_CONFIG", str(config))
     return Shop(config, saved, offline)
+
+
+TEAMS = {"shop": "team_shop", "offline": "team_other"}
+"""The team owning each pipeline's DAGs (through the DAG bundle that holds them)."""
+
+
+@pytest.fixture
+def team_dags(shop: Shop, airflow_db: None) -> Iterator[dict[str, list[str]]]:
+    """Every DAG of each pipeline of the shop's config, built by the DAG factory and stored like the
+    DAG processor stores it in a bundle owned by the pipeline's team (``TEAMS``); yields the DAG ids
+    by pipeline. Teams, bundles and DAGs are deleted from the session's metadata DB after."""
+    from airflow.api.common.delete_dag import delete_dag
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.models.dagbundle import DagBundleModel
+    from airflow.models.team import Team
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    from airflow_provider_pgsync.dags import build_dags
+    from airflow_provider_pgsync.pipeline import pipelines_from
+
+    configs = {c.name: c for c in pipelines_from(shop.config)}
+    with create_session() as session:
+        for team_name in TEAMS.values():
+            team = Team(name=team_name)
+            bundle = DagBundleModel(name=f"{team_name}_dags")
+            bundle.teams = [team]
+            session.add_all([team, bundle])
+    dag_ids: dict[str, list[str]] = {}
+    try:
+        for name, team_name in TEAMS.items():
+            dags = build_dags(configs[name])
+            dag_ids[name] = list(dags)
+            bag = DagBag(dag_folder=os.devnull, collect_dags=False)
+            for dag in dags.values():
+                bag.bag_dag(dag)
+            sync_bag_to_db(bag, f"{team_name}_dags", None)
+        yield dag_ids
+    finally:
+        for ids in dag_ids.values():
+            for dag_id in ids:
+                delete_dag(dag_id)
+        with create_session() as session:
+            names = list(TEAMS.values())
+            session.execute(
+                delete(DagBundleModel).where(DagBundleModel.name.in_([f"{n}_dags" for n in names]))
+            )
+            session.execute(delete(Team).where(Team.name.in_(names)))

@@ -17,6 +17,7 @@ does (not run): its fields are the Params of ``dags.params.baseline_params``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.conftest import REPO, Database, RunDag, free_port
-from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
+from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, TEAMS, Shop
 
 if TYPE_CHECKING:
     from airflow_provider_pgsync.pipeline import PipelineConfig
@@ -73,9 +74,9 @@ def _wait_healthy(base: str, server: subprocess.Popen[bytes], log: Path, deadlin
     )
 
 
-@pytest.fixture
-def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
-    """A running ``airflow api-server`` with the plugin; yields its base URL."""
+@contextlib.contextmanager
+def _api_server(shop: Shop, tmp_path: Path, auth: dict[str, str]) -> Iterator[str]:
+    """A running ``airflow api-server`` with the plugin and the auth settings ``auth``; yields its URL."""
     from airflow import settings
 
     home = tmp_path / "airflow-home"
@@ -88,14 +89,14 @@ def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env.update(
         AIRFLOW_HOME=str(home),
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=settings.SQL_ALCHEMY_CONN,
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=str(settings.SQL_ALCHEMY_CONN),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         AIRFLOW__CORE__DAGS_FOLDER=str(home / "dags"),
         AIRFLOW__CORE__PLUGINS_FOLDER=str(home / "plugins"),
         AIRFLOW__CORE__AUTH_MANAGER="airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
         AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
         PGSYNC_CONFIG=str(shop.config),
+        **auth,
     )
     log = tmp_path / "api-server.log"
     airflow = Path(sys.executable).with_name("airflow")
@@ -118,6 +119,35 @@ def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, 9)
             server.wait()
+
+
+@pytest.fixture
+def api_server(shop: Shop, airflow_db: None, tmp_path: Path) -> Iterator[str]:
+    """A running ``airflow api-server`` with the plugin, everyone in as admin; yields its base URL."""
+    with _api_server(shop, tmp_path, {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}) as base:
+        yield base
+
+
+PASSWORDS = {"alice": "alice-secret-1", "bob": "bob-secret-2"}
+USERS = {"alice": TEAMS["shop"], "bob": TEAMS["offline"]}
+"""Two viewers of the multi-team server, by the team whose pipeline's DAGs they may read."""
+
+
+@pytest.fixture
+def team_api_server(shop: Shop, team_dags: dict[str, list[str]], tmp_path: Path) -> Iterator[str]:
+    """A running ``airflow api-server`` with the plugin in multi-team mode: the SimpleAuthManager's
+    users ``USERS`` (viewers, each in one team), who log in with ``PASSWORDS``; yields its base URL."""
+    passwords = tmp_path / "passwords.json"
+    passwords.write_text(json.dumps(PASSWORDS))
+    passwords.chmod(0o600)
+    auth = {
+        "AIRFLOW__CORE__MULTI_TEAM": "True",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:viewer:{t}" for u, t in USERS.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+    with _api_server(shop, tmp_path, auth) as base:
+        yield base
 
 
 def _cdc_stand_in(positions: list[tuple[str, str]]) -> Any:
@@ -285,7 +315,7 @@ def test_status_page_in_chromium(
             assert shop_section.locator("svg.lag-chart rect.lag-bar").count() == 2
             assert "Last capture" in shop_section.inner_text()
             offline = page.locator('section[data-pipeline="offline"]')
-            assert "cannot connect to the source" in offline.locator(".problem").nth(1).inner_text()
+            assert "source unreachable: pgsync_offline, " in offline.locator(".problem").first.inner_text()
             assert "Traceback" not in page.content()
             page.screenshot(path=str(SCREENSHOTS / "pgsync-status.png"), full_page=True)
 
@@ -300,3 +330,83 @@ def test_status_page_in_chromium(
         finally:
             browser.close()
     shutil.rmtree(profile, ignore_errors=True)
+
+
+def _token(base: str, user: str) -> str:
+    """A JWT of ``user`` from the SimpleAuthManager's token endpoint (as an API client logs in)."""
+    body = json.dumps({"username": user, "password": PASSWORDS[user]}).encode()
+    request = urllib.request.Request(
+        f"{base}/auth/token", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.load(response)["access_token"])
+
+
+def _fetch(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return str(response.read().decode())
+
+
+@pytest.mark.slow
+def test_two_roles_see_different_pipelines_in_chromium(
+    shop: Shop, team_dags: dict[str, list[str]], team_api_server: str
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    base = team_api_server
+    status_url = f"{base}/pgsync/status"
+    # no session: an API client gets 401, not the page
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(status_url, timeout=30)
+    assert denied.value.code == 401
+    assert b"shop" not in denied.value.read()
+    # an API client with a bearer token gets the page of its user; a forged token gets nothing
+    assert _fetch(status_url, _token(base, "bob")).count("data-pipeline=") == 1
+    assert "shop" not in _fetch(status_url, _token(base, "bob"))
+    assert 'data-pipeline="shop"' in _fetch(status_url, _token(base, "alice"))
+    with pytest.raises(urllib.error.HTTPError) as forged:
+        _fetch(status_url, _token(base, "alice")[:-4] + "AAAA")
+    assert forged.value.code == 403
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=_chromium(), headless=True, args=CHROMIUM_ARGS)
+        try:
+            for user, sees, never in (("alice", "shop", "offline"), ("bob", "offline", "shop")):
+                context = browser.new_context(viewport={"width": 1280, "height": 1000})
+                page = context.new_page()
+                # no session: a browser is sent to Airflow's login form, which sends it back after
+                page.goto(status_url)
+                expect(page.get_by_role("button", name="Sign in")).to_be_visible(timeout=30_000)
+                assert "/pgsync/status" not in page.url.split("?")[0]
+                assert "data-pipeline" not in page.content()
+                page.get_by_label("Username").fill(user)
+                page.get_by_label("Password").fill(PASSWORDS[user])
+                page.get_by_role("button", name="Sign in").click()
+                page.wait_for_url(status_url, timeout=30_000)
+                html = page.content()
+                assert f'data-pipeline="{sees}"' in html, f"{user} does not see {sees!r}:\n{html}"
+                sections = page.locator("section.pipeline").all()
+                assert [section.get_attribute("data-pipeline") for section in sections] == [sees]
+                assert never not in html, f"{user} sees {never!r} on the status page"
+                page.screenshot(path=str(SCREENSHOTS / f"pgsync-status-{user}.png"), full_page=True)
+                if user == "alice":
+                    shop_section = page.locator('section[data-pipeline="shop"]')
+                    orders = shop_section.locator('tr[data-table="public.orders"]')
+                    assert orders.locator(".phase").inner_text() == "Ready"
+                    errored = shop_section.locator('tr[data-table="public.customers"]')
+                    assert errored.locator(".reason").inner_text() == f"Reason: {ERROR_REASON}"
+                    # the same in the Airflow UI: the iframe's request carries the session cookie too
+                    page.goto(f"{base}/plugin/pgsync-status")
+                    frame = page.frame_locator("iframe")
+                    frame.locator('section[data-pipeline="shop"]').wait_for(timeout=30_000)
+                    expect(frame.locator('section[data-pipeline="offline"]')).to_have_count(0)
+                else:
+                    problem = page.locator('section[data-pipeline="offline"] .problem').first
+                    assert problem.inner_text().startswith(
+                        f"source of pipeline offline: source unreachable: {shop.offline_conn_id}, "
+                    )
+                context.close()
+        finally:
+            browser.close()

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.plugins.access import FullAccess
 from airflow_provider_pgsync.plugins.collect import collect_page
 from airflow_provider_pgsync.plugins.render import render_chart, render_page
 from airflow_provider_pgsync.plugins.status import (
     NOT_SET_UP,
+    UNKNOWN,
     lag_history,
     lag_seconds,
     parse_watermark,
@@ -22,10 +24,11 @@ from airflow_provider_pgsync.state import Backfill, DataSync, Init, PipelineStat
 from tests.plugins.conftest import ERROR_REASON, ERROR_REMEDY, Shop
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+FULL = FullAccess()
 
 
 def test_collect_reads_state_source_and_config(shop: Shop, airflow_db: None) -> None:
-    page = collect_page(str(shop.config), now=NOW)
+    page = collect_page(str(shop.config), access=FULL, now=NOW)
     assert not page.problems
     status = {p.name: p for p in page.pipelines}["shop"]
     assert not status.problems, status.problems
@@ -52,27 +55,85 @@ def test_collect_reads_state_source_and_config(shop: Shop, airflow_db: None) -> 
     assert status.history == () and "no capture run" in status.history_note
 
 
-def test_unreachable_source_and_missing_state_are_problems_on_the_page(shop: Shop, airflow_db: None) -> None:
-    page = collect_page(str(shop.config), now=NOW)
+def test_unreachable_source_is_a_problem_of_its_own(shop: Shop, airflow_db: None) -> None:
+    page = collect_page(str(shop.config), access=FULL, now=NOW)
     offline = {p.name: p for p in page.pipelines}["offline"]
     subjects = [p.subject for p in offline.problems]
-    assert subjects == ["state of pipeline offline", f"source connection {shop.offline_conn_id!r}"]
-    # the Variables store needs no connection to load: nothing is saved for this pipeline
-    assert "no state is saved" in offline.problems[0].message
-    assert "run the DAG pgsync_offline_setup" in offline.problems[0].remedy
-    assert "cannot connect to the source" in offline.problems[1].message
-    assert "Airflow connection 'pgsync_offline' points at it" in offline.problems[1].remedy
-    assert [r.phase for r in offline.tables] == [NOT_SET_UP]
+    assert subjects[:2] == ["source of pipeline offline", "state of pipeline offline"]
+    unreachable = offline.problems[0]
+    assert unreachable.message.startswith(f"source unreachable: {shop.offline_conn_id}, ")
+    assert "Connection refused" in unreachable.message  # the driver's error, with host and port
+    assert unreachable.remedy.startswith("check that the source server runs")
+    assert f"Airflow connection {shop.offline_conn_id!r} points at it" in unreachable.remedy
+    # the Variables store needs no source to load: nothing is saved for this pipeline, and setting
+    # it up waits for the source
+    assert "no state is saved" in offline.problems[1].message
+    assert offline.problems[1].remedy.startswith(
+        "once the source is reachable, run the DAG pgsync_offline_setup"
+    )
+    assert [(r.phase, r.detail) for r in offline.tables] == [
+        (NOT_SET_UP, "run the pipeline's setup DAG once the source is reachable")
+    ]
+    assert offline.tables[0].rows_note == "unknown: the source could not be read"
     html = render_page(page)
-    assert "Traceback" not in html and "cannot connect to the source" in html
-    assert "check that the server runs" in html  # the remedy travels with the message
+    assert "Traceback" not in html and f"source unreachable: {shop.offline_conn_id}, " in html
+
+
+def _config_with_unreachable_source(shop: Shop, state: str) -> str:
+    """The shop's config with its source at the offline connection and its state where ``state`` says."""
+    text = shop.config.read_text().replace(
+        "source_conn_id: pgsync_source", f"source_conn_id: {shop.offline_conn_id}", 1
+    )
+    text = text.replace("state: {backend: postgres}", f"state: {state}", 1)
+    config = shop.config.with_name("unreachable.yaml")
+    config.write_text(text)
+    return str(config)
+
+
+def test_unreachable_source_still_shows_the_phases_from_a_reachable_state_store(
+    shop: Shop, source_conn_id: str, airflow_db: None
+) -> None:
+    config = _config_with_unreachable_source(shop, f"{{backend: postgres, conn_id: {source_conn_id}}}")
+    status = {p.name: p for p in collect_page(config, access=FULL, now=NOW).pipelines}["shop"]
+    assert [p.subject for p in status.problems] == ["source of pipeline shop"]
+    assert status.problems[0].message.startswith(f"source unreachable: {shop.offline_conn_id}, ")
+    assert [(r.table, r.phase) for r in status.tables] == [
+        ("public.orders", "Ready"),
+        ("public.customers", "Errored"),
+        ("public.events", "SyncDone"),
+    ]
+    assert status.tables[1].reason == ERROR_REASON
+    assert all(
+        r.rows is None and r.rows_note == "unknown: the source could not be read" for r in status.tables
+    )
+    assert status.state_version == shop.state.version and status.slot is None
+    html = render_page(collect_page(config, access=FULL, now=NOW))
+    section = html[html.index('data-pipeline="shop"') :]
+    section = section[: section.index("</section>")]
+    assert "setup" not in section  # no advice to set up a pipeline whose tables are Ready
+    assert "does not exist" not in section  # nor that its slot is gone: it is unknown
+
+
+def test_unreachable_source_holding_the_state_shows_unknown_phases(shop: Shop, airflow_db: None) -> None:
+    config = _config_with_unreachable_source(shop, "{backend: postgres}")
+    page = collect_page(config, access=FULL, now=NOW)
+    status = {p.name: p for p in page.pipelines}["shop"]
+    assert [p.subject for p in status.problems] == ["source of pipeline shop", "state of pipeline shop"]
+    assert "the tables' phases are unknown" in status.problems[1].message
+    assert [r.phase for r in status.tables] == [UNKNOWN] * 3
+    assert not status.state_known
+    html = render_page(page)
+    section = html[html.index('data-pipeline="shop"') :]
+    section = section[: section.index("</section>")]
+    assert "setup" not in section and "not set up" not in section
+    assert "postgres, unknown (the state store could not be read)" in section
 
 
 def test_state_saved_nowhere_says_to_run_setup(shop: Shop, database: object, airflow_db: None) -> None:
     text = shop.config.read_text().replace("name: shop", "name: fresh").replace("changelog/shop", "cl/fresh")
     config = shop.config.with_name("fresh.yaml")
     config.write_text(text)
-    status = {p.name: p for p in collect_page(str(config), now=NOW).pipelines}["fresh"]
+    status = {p.name: p for p in collect_page(str(config), access=FULL, now=NOW).pipelines}["fresh"]
     problems = {p.subject: p for p in status.problems}
     assert "run the DAG pgsync_fresh_setup" in problems["state of pipeline fresh"].remedy
     assert "replication slot pgsync_fresh" in problems
@@ -80,17 +141,17 @@ def test_state_saved_nowhere_says_to_run_setup(shop: Shop, database: object, air
 
 def test_config_problems_name_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PGSYNC_CONFIG", raising=False)
-    page = collect_page(now=NOW)
+    page = collect_page(access=FULL, now=NOW)
     assert page.problems[0].subject == "pipeline config" and "PGSYNC_CONFIG" in page.problems[0].remedy
     bad = tmp_path / "bad.yaml"
     bad.write_text("pipelines: [{name: x}]\n")
-    page = collect_page(str(bad), now=NOW)
+    page = collect_page(str(bad), access=FULL, now=NOW)
     assert page.problems[0].subject == f"pipeline config {bad}"
     assert "source_conn_id" in page.problems[0].message
 
 
 def test_html_escapes_data(shop: Shop, airflow_db: None) -> None:
-    html = render_page(collect_page(str(shop.config), now=NOW))
+    html = render_page(collect_page(str(shop.config), access=FULL, now=NOW))
     assert "<b>price</b>" not in html and "&lt;b&gt;price&lt;/b&gt;" in html
     assert 'data-table="public.customers"' in html and "Remedy: ALTER the destination column" in html
 
