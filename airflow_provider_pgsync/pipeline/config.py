@@ -272,6 +272,7 @@ class PipelineConfig:
             "copy_path": self.baseline.copy_path,
             **self._spark_kwargs(),
             "spark_jars": self.spark.jars,
+            "spark_password_file": self.spark.password_file,
         }
 
     def compact_kwargs(self) -> dict[str, dict[str, Any]]:

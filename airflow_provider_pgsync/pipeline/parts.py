@@ -8,6 +8,7 @@ by key path relative to it; ``to_mapping()`` gives it back as plain data.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -58,6 +59,8 @@ SUBMIT_OPTIONS: dict[str, type] = {
 """The ``spark.submit_options`` keys and the type of each value."""
 _TYPE_NAMES: dict[type, str] = {str: "a string", int: "an integer", bool: "true or false"}
 _SECRET_WORDS = ("password", "secret", "token")
+# Spark settings that mount a Kubernetes secret by name (a reference, not a secret value)
+_SECRET_MOUNTS = re.compile(r"spark\.kubernetes\.(driver|executor)\.(secrets|secretKeyRef)\.[\w.-]+")
 
 
 @dataclass(frozen=True)
@@ -183,12 +186,15 @@ class ChangelogConfig:
 class SparkConfig:
     """The Spark side of baseline and compaction: the Spark connection (``local[*]`` when it
     does not exist), extra Spark configuration, jars (None: the PostgreSQL JDBC driver) and
-    further SparkSubmitHook arguments (``SUBMIT_OPTIONS``)."""
+    further SparkSubmitHook arguments (``SUBMIT_OPTIONS``); ``password_file``: where the cluster
+    manager mounts the baseline job's password file (``PgBaselineOperator(spark_password_file=)``;
+    None: the job ships one)."""
 
     conn_id: str = "spark_default"
     conf: Mapping[str, str] = field(default_factory=dict)
     jars: str | None = None
     submit_options: Mapping[str, str | int | bool] = field(default_factory=dict)
+    password_file: str | None = None
 
     def __post_init__(self) -> None:
         checks = Checks()
@@ -197,6 +203,14 @@ class SparkConfig:
             checks.add("conn_id", problem)
         if self.jars is not None and not is_text(self.jars):
             checks.add("jars", f"must be a comma-separated list of jars, not {self.jars!r}; or omit it")
+        if self.password_file is not None and (
+            location_problem(self.password_file) or not os.path.isabs(self.password_file)
+        ):
+            checks.add(
+                "password_file",
+                f"must be the absolute path where the Spark nodes find the password file, not "
+                f"{shown(self.password_file)}; or omit it to ship one with the job",
+            )
         set_field(self, "conf", self._checked_conf(checks))
         set_field(self, "submit_options", self._checked_options(checks))
         checks.raise_any("spark config")
@@ -209,7 +223,7 @@ class SparkConfig:
         for key, value in self.conf.items():
             if not is_text(key):
                 checks.add("conf", f"setting name {key!r} must be a non-empty string")
-            elif any(word in key.lower() for word in _SECRET_WORDS):
+            elif any(word in key.lower() for word in _SECRET_WORDS) and not _SECRET_MOUNTS.fullmatch(key):
                 checks.add(
                     f"conf.{key}", "looks like a secret: keep secrets in a connection, not in the config"
                 )
@@ -242,6 +256,7 @@ class SparkConfig:
             "conf": dict(self.conf),
             "jars": self.jars,
             "submit_options": dict(self.submit_options),
+            "password_file": self.password_file,
         }
 
 

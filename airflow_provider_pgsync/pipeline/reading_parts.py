@@ -57,7 +57,13 @@ _DESTINATION_KEYS: dict[str, dict[str, ValueType]] = {
 _SECTION_KEYS: dict[str, dict[str, ValueType]] = {
     "state": {"backend": STR, "conn_id": OPT_STR, "schema": STR},
     "changelog": {"uri": OPT_STR, "retention": STR},
-    "spark": {"conn_id": STR, "conf": MAPPING, "jars": OPT_STR, "submit_options": MAPPING},
+    "spark": {
+        "conn_id": STR,
+        "conf": MAPPING,
+        "jars": OPT_STR,
+        "submit_options": MAPPING,
+        "password_file": OPT_STR,
+    },
     "baseline": {"target_partition_mb": NUMBER, "copy_path": STR, "fetch_size": INT, "backfill_filters": STR},
     "schedules": {"cdc": SCHEDULE, "compact": SCHEDULE},
     "limits": {"max_changes": INT, "batch_rows": INT, "batch_bytes": INT, "peek_statement_timeout": STR},

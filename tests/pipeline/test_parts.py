@@ -15,6 +15,7 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.pipeline import parts as parts_module
+from airflow_provider_pgsync.pipeline.config import PipelineConfig
 from airflow_provider_pgsync.pipeline.parts import (
     SUBMIT_OPTIONS,
     BaselineConfig,
@@ -63,8 +64,6 @@ def test_the_peek_statement_timeout_reaches_capture_and_has_its_default() -> Non
     assert default_of(PgCaptureOperator, "peek_statement_timeout") == 0
     limits = BatchLimits(peek_statement_timeout=timedelta(minutes=30))
     assert limits.to_mapping()["peek_statement_timeout"] == "30m"
-    from airflow_provider_pgsync.pipeline.config import PipelineConfig
-
     config = PipelineConfig.from_mapping(
         {"name": "shop", "source_conn_id": "db", "tables": ["t"], "limits": {"peek_statement_timeout": "30m"}}
     )
@@ -75,3 +74,30 @@ def test_the_peek_statement_timeout_reaches_capture_and_has_its_default() -> Non
         BatchLimits(peek_statement_timeout=timedelta(seconds=-1))
     with pytest.raises(ConfigError, match=r"capture: peek_statement_timeout must be a number of seconds"):
         PgCaptureOperator(task_id="capture", **{**kwargs, "peek_statement_timeout": -1})
+
+
+def test_a_mounted_password_file_is_an_absolute_path_passed_to_the_baseline() -> None:
+    spark = SparkConfig(
+        password_file="/etc/pgsync/pgpass",
+        conf={
+            "spark.kubernetes.driver.secrets.pgsync-pgpass": "/etc/pgsync",
+            "spark.kubernetes.executor.secrets.pgsync-pgpass": "/etc/pgsync",
+        },
+    )
+    assert spark.to_mapping()["password_file"] == "/etc/pgsync/pgpass"
+    assert "spark.kubernetes.driver.secrets.pgsync-pgpass" in spark.conf  # a mount by name, no secret
+    for bad in ("pgpass", "", "/etc/pg\x00pass", "/x" * 3000):
+        with pytest.raises(ConfigError, match="password_file: must be the absolute path"):
+            SparkConfig(password_file=bad)
+    with pytest.raises(ConfigError, match="looks like a secret"):
+        SparkConfig(conf={"spark.hadoop.fs.s3a.secret.key": "x"})
+
+
+def test_the_baseline_takes_the_mounted_password_file() -> None:
+    config = PipelineConfig.from_mapping(
+        {"name": "shop", "source_conn_id": "db", "tables": ["t"],
+         "spark": {"password_file": "/etc/pgsync/pgpass"}}
+    )
+    kwargs = config.baseline_kwargs(config.tables[0], rebaseline=False)
+    assert kwargs["spark_password_file"] == "/etc/pgsync/pgpass"
+    assert kwargs["spark_password_file"] == PgBaselineOperator(task_id="b", **kwargs).spark_password_file
