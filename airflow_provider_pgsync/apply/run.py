@@ -17,14 +17,22 @@ import pyarrow as pa
 from airflow_provider_pgsync.apply.backfill import touched_keys
 from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.merge import Key
-from airflow_provider_pgsync.changelog.metadata import columns_of
+from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
-from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.model import (
+    Backfill,
+    ColumnInfo,
+    PipelineState,
+    SchemaChange,
+    SegmentInfo,
+    TableState,
+)
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
+from airflow_provider_pgsync.state.schema_diff import diff_columns
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +84,7 @@ def apply_table(
     watermark = destination.watermark(table)
     if isinstance(phase, SyncDone) and watermark is None:
         segments = handoff_segments(segments, phase)
-    versions = _columns_by_version(changelog, segments)
+    versions, changes = _columns_by_version(changelog, segments)
     known = _version_at(segments, watermark)
     if known is not None or versions:
         first = known if known is not None else min(versions)
@@ -93,8 +101,19 @@ def apply_table(
         for version, batch in _regroup(changes_read, batch_rows, batch_bytes):
             columns = versions[version]
             if known is not None and version != known:
-                answer = destination.schema_changed(table, versions.get(known, table_state.columns), columns)
+                change = SchemaChange()
+                for between in sorted(v for v in changes if known < v <= version):
+                    change = change.joined(changes[between])
+                diff = diff_columns(versions.get(known, table_state.columns), columns, change)
+                answer = destination.change_schema(table, diff)
                 if answer is not SchemaAnswer.CONTINUE:
+                    log.warning(
+                        "%s in %s: %s; the destination answers %s",
+                        key,
+                        destination.name,
+                        diff.describe(),
+                        answer.value,
+                    )
                     return TableApplied(key, applied, in_base, watermark, _schema_phase(table_state, answer))
             known = version
             upto = _last_key(batch)
@@ -198,12 +217,18 @@ def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
-def _columns_by_version(changelog: Changelog, segments: Sequence[SegmentInfo]) -> dict[int, list[ColumnInfo]]:
-    out: dict[int, list[ColumnInfo]] = {}
+def _columns_by_version(
+    changelog: Changelog, segments: Sequence[SegmentInfo]
+) -> tuple[dict[int, list[ColumnInfo]], dict[int, SchemaChange]]:
+    """The columns of each schema version, and the DDL each started with (its first segment's)."""
+    columns: dict[int, list[ColumnInfo]] = {}
+    changes: dict[int, SchemaChange] = {}
     for seg in segments:
-        if seg.schema_version not in out:
-            out[seg.schema_version] = columns_of(changelog.segment_metadata(seg.path), seg.path)
-    return out
+        if seg.schema_version not in columns:
+            meta = changelog.segment_metadata(seg.path)
+            columns[seg.schema_version] = columns_of(meta, seg.path)
+            changes[seg.schema_version] = change_of(meta, seg.path)
+    return columns, changes
 
 
 def _version_at(segments: Sequence[SegmentInfo], watermark: Key | None) -> int | None:

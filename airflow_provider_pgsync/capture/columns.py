@@ -87,8 +87,10 @@ class ColumnBatcher:
     """Turns successive fetches of a peek into per-table column batches.
 
     ``version_of`` is asked for the schema version of each Relation message (capture
-    starts a new version when the columns changed). Transactions whose commit LSN is
-    below ``skip_before`` are durable already (a re-run after a crash) and are dropped.
+    starts a new version when the columns changed); ``on_message`` gets each logical message
+    (the source's DDL trigger writes them), in stream order with the Relations. Transactions
+    whose commit LSN is below ``skip_before`` are durable already (a re-run after a crash)
+    and are dropped.
 
     ``xid_reference`` is a 64-bit xid read together with the peek's ``upto`` LSN
     (``pg_snapshot_xmax(pg_current_snapshot())``): every transaction committed by then is
@@ -104,8 +106,10 @@ class ColumnBatcher:
         *,
         skip_before: int = 0,
         xid_reference: int | None = None,
+        on_message: Callable[[LogicalMessage], None] | None = None,
     ) -> None:
         self.version_of = version_of
+        self.on_message = on_message
         self.skip_before = skip_before
         self.xid_reference = xid_reference
         self.relations: dict[int, TableVersion] = {}
@@ -159,8 +163,6 @@ class ColumnBatcher:
         if (lens[is_change] < 8).any():
             raise _Fallback("a change message too short for its header")
 
-        relation_at, truncates = self._rare_messages(data, starts, ends, rare, depth)
-
         # transaction of each message: 0 = the one carried over, k = k-th Begin here
         tix = np.cumsum(is_b)
         begins = np.flatnonzero(is_b)
@@ -174,6 +176,9 @@ class ColumnBatcher:
         xids = _prepend(carry.xid, begun)
         commit_lsns = _prepend(carry.commit_lsn, _be(buf, b_pos + 1, ">u8"))
         commit_ts = _prepend(carry.commit_ts, _be(buf, b_pos + 9, ">i8"))
+        # a message of a transaction that is durable already (a re-run) was taken into account then
+        done = commit_lsns[tix[rare]] < self.skip_before if self.skip_before else np.zeros(len(rare), bool)
+        relation_at, truncates = self._rare_messages(data, starts, ends, rare, depth, done)
 
         # position of each change inside its transaction, counting truncated tables too
         weights = is_change.astype(np.int64)
@@ -203,12 +208,19 @@ class ColumnBatcher:
         return [(tv, t) for tv, t in batches if t.num_rows]
 
     def _rare_messages(
-        self, data: bytes, starts: np.ndarray, ends: np.ndarray, rare: np.ndarray, depth: np.ndarray
+        self,
+        data: bytes,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        rare: np.ndarray,
+        depth: np.ndarray,
+        done: np.ndarray,
     ) -> tuple[dict[int, list[tuple[int, TableVersion]]], list[tuple[int, Truncate]]]:
-        """Relations (by relation id: where each takes effect) and truncates, read one by one."""
+        """Relations (by relation id: where each takes effect) and truncates, read one by one;
+        logical messages go to ``on_message`` in stream order (unless ``done``)."""
         relation_at: dict[int, list[tuple[int, TableVersion]]] = {}
         truncates: list[tuple[int, Truncate]] = []
-        for index in rare.tolist():
+        for index, was_done in zip(rare.tolist(), done.tolist(), strict=True):
             message = decode_message(data[starts[index] : ends[index]], in_stream=False)
             if isinstance(message, Relation):
                 tv = TableVersion.of(message, self.version_of(message))
@@ -217,7 +229,10 @@ class ColumnBatcher:
                 if depth[index] != 1:
                     raise _Fallback("a Truncate outside a transaction")
                 truncates.append((index, message))
-            elif not isinstance(message, Type | Origin | LogicalMessage):  # pragma: no cover
+            elif isinstance(message, LogicalMessage):
+                if self.on_message is not None and not was_done:
+                    self.on_message(message)
+            elif not isinstance(message, Type | Origin):  # pragma: no cover
                 raise _Fallback(f"unexpected {type(message).__name__}")
         return relation_at, truncates
 

@@ -17,6 +17,7 @@ from airflow_provider_pgsync.capture.failpoints import fail_point
 from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
 from airflow_provider_pgsync.errors import ConfigError, SlotError
+from airflow_provider_pgsync.hooks.ddl_trigger import ddl_catalog
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.run_locks import HeldLock
 from airflow_provider_pgsync.pgoutput import LSN
@@ -108,6 +109,8 @@ def _capture(
     assert info is not None and info.confirmed_flush_lsn is not None
     if state.slot_name is None:
         state = state.with_slot(slot, info.confirmed_flush_lsn)
+    with hook.connect() as conn:  # before the peek's bound: see DecodeWriter.version_of
+        catalog = ddl_catalog(conn, [t.table for t in state.tables.values()])
     positions = hook.wal_positions()  # the peek's bound and the 64-bit xid reference, read together
     upto = positions.flush
     start = info.confirmed_flush_lsn
@@ -121,7 +124,7 @@ def _capture(
         ", decoding in a worker process" if in_worker else "",
     )
     decoder: Decoder = (ProcessDecodeWriter if in_worker else DecodeWriter)(
-        settings.changelog_uri, state, settings.part_bytes, xid_reference=positions.xmax
+        settings.changelog_uri, state, settings.part_bytes, xid_reference=positions.xmax, catalog=catalog
     )
     progress = _Progress()
     try:

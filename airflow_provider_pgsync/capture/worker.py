@@ -31,9 +31,22 @@ from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion,
 from airflow_provider_pgsync.capture.failpoints import EXIT_CODE, fail_point
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError, StateError
-from airflow_provider_pgsync.pgoutput import Relation
+from airflow_provider_pgsync.pgoutput import LogicalMessage, Relation
+from airflow_provider_pgsync.source.ddl import (
+    DDL_PREFIX,
+    REWRITE_PREFIX,
+    TableColumns,
+    parse_columns,
+    parse_rewrite,
+)
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo, TableState
+from airflow_provider_pgsync.state.model import (
+    ColumnInfo,
+    PipelineState,
+    SchemaChange,
+    SegmentInfo,
+    TableState,
+)
 
 log = logging.getLogger(__name__)
 _IN_FLIGHT = 2
@@ -76,15 +89,28 @@ class DecodeWriter:
     """
 
     def __init__(
-        self, changelog_uri: str, state: PipelineState, part_bytes: int, *, xid_reference: int
+        self,
+        changelog_uri: str,
+        state: PipelineState,
+        part_bytes: int,
+        *,
+        xid_reference: int,
+        catalog: dict[int, TableColumns] | None = None,
     ) -> None:
         self.changelog = Changelog(changelog_uri)
         self.state = state
         self.part_bytes = part_bytes
         skip_before = state.last_end_lsn.value if state.last_end_lsn else 0
-        self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before, xid_reference=xid_reference)
+        self.batcher = ColumnBatcher(
+            self.version_of, skip_before=skip_before, xid_reference=xid_reference, on_message=self.on_message
+        )
+        self.catalog = catalog or {}
         self.tables: dict[str, TableState] = {}
         self.versions: dict[tuple[str, int], TableVersion] = {}
+        self.version_columns: dict[tuple[str, int], tuple[ColumnInfo, ...]] = {}
+        self.version_changes: dict[tuple[str, int], SchemaChange] = {}
+        self.bootstrapped: set[str] = set()
+        self.rewrites: dict[int, int] = {}
         self.pending: dict[tuple[str, int], list[pa.Table]] = {}
         self.pending_bytes = 0
         self.parts: dict[tuple[str, int], int] = {}
@@ -92,19 +118,52 @@ class DecodeWriter:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-segment-writer")
         self.rows_by_table: dict[str, int] = {}
 
+    def _table(self, key: str) -> TableState | None:
+        return self.tables.get(key) or self.state.tables.get(key)
+
     def version_of(self, relation: Relation) -> int:
-        """The schema version of a Relation message: a new one when its columns changed."""
+        """The schema version of a Relation message: a new one when its columns changed, or
+        when DDL since the last one may have changed rows (``TableState.with_relation``)."""
         key = str(TableRef(relation.namespace, relation.relation_name))
-        try:
-            current = self.tables.get(key) or self.state.table(key)
-        except StateError:
+        current = self._table(key)
+        if current is None:
             raise StateError(
                 f"table {key} is in the publication but not in pipeline {self.state.pipeline!r}: run "
                 "the pipeline's setup so that its publication and its tables agree"
-            ) from None
-        updated = current.with_columns(columns_of(relation))
+            )
+        catalog = None
+        read = self.catalog.get(relation.relation_id)
+        known = bool(current.columns) and all(c.attnum for c in current.columns)
+        if read is not None and current.ddl is None and not known:
+            catalog = read.columns  # only while nothing better is known (a first capture, an older state)
+            self.bootstrapped.add(key)
+        updated, change = current.with_relation(columns_of(relation), catalog)
         self.tables[key] = updated
+        version = (key, updated.schema_version)
+        self.version_columns[version] = updated.columns
+        if updated.schema_version != current.schema_version:
+            self.version_changes[version] = change
         return updated.schema_version
+
+    def on_message(self, message: LogicalMessage) -> None:
+        """Take a message of the source's DDL trigger into the state of its table."""
+        if message.prefix == REWRITE_PREFIX:
+            rewrite = parse_rewrite(message.content)
+            self.rewrites[rewrite.oid] = self.rewrites.get(rewrite.oid, 0) | rewrite.reason
+            return
+        if message.prefix != DDL_PREFIX:
+            return
+        facts = parse_columns(message.content)
+        key = str(facts.table)
+        current = self._table(key)
+        if current is None:
+            return  # a table of another pipeline
+        change = SchemaChange(facts.columns, self.rewrites.pop(facts.oid, 0), facts.using)
+        if key in self.bootstrapped:
+            # the catalog read when capture started may already hold this DDL: the columns
+            # given to Relations before it are not proven
+            change = change.with_unproven(f"a DDL on {key} raced with capture's catalog read")
+        self.tables[key] = current.with_ddl(change)
 
     def feed(self, data: bytes, lens: np.ndarray) -> None:
         for table_version, table in self.batcher.feed_joined(data, lens):
@@ -154,7 +213,9 @@ class DecodeWriter:
 
     def _write(self, key: tuple[str, int], part: int, data: pa.Table) -> SegmentInfo:
         tv = self.versions[key]
-        segment = self.changelog.write_segment(tv.table, tv.version, columns_of(tv.relation), data, part=part)
+        columns = self.version_columns.get(key) or columns_of(tv.relation)
+        change = self.version_changes.get(key)
+        segment = self.changelog.write_segment(tv.table, tv.version, columns, data, part=part, change=change)
         fail_point("after_segment_write")
         return segment
 
@@ -169,7 +230,13 @@ class ProcessDecodeWriter:
     """
 
     def __init__(
-        self, changelog_uri: str, state: PipelineState, part_bytes: int, *, xid_reference: int
+        self,
+        changelog_uri: str,
+        state: PipelineState,
+        part_bytes: int,
+        *,
+        xid_reference: int,
+        catalog: dict[int, TableColumns] | None = None,
     ) -> None:
         ours, theirs = socket.socketpair()
         with theirs:
@@ -179,7 +246,7 @@ class ProcessDecodeWriter:
                 env={**os.environ, **_MALLOC_TUNING},
             )
         self.conn = Connection(ours.detach())
-        self.conn.send((changelog_uri, state.to_json(), part_bytes, xid_reference))
+        self.conn.send((changelog_uri, state.to_json(), part_bytes, xid_reference, catalog))
         self.outbox: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue(maxsize=_IN_FLIGHT)
         self.send_error: BaseException | None = None
         self.sender = threading.Thread(target=self._send, name="pgsync-capture-sender", daemon=True)
@@ -252,10 +319,9 @@ def _worker_main(fd: int) -> None:
 
     try:
         _warm_up()  # while the server still decodes the peek
-        changelog_uri, state_json, part_bytes, xid_reference = conn.recv()
-        writer = DecodeWriter(
-            changelog_uri, PipelineState.from_json(state_json), part_bytes, xid_reference=xid_reference
-        )
+        changelog_uri, state_json, part_bytes, xid_reference, catalog = conn.recv()
+        state = PipelineState.from_json(state_json)
+        writer = DecodeWriter(changelog_uri, state, part_bytes, xid_reference=xid_reference, catalog=catalog)
         threading.Thread(target=receive, name="pgsync-capture-receiver", daemon=True).start()
         while (item := inbox.get()) is not None:
             if isinstance(item, BaseException):

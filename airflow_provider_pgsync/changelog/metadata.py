@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, OP, OPS, SEQ, XID
 from airflow_provider_pgsync.errors import ChangelogError, ConfigError, StateError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import ColumnInfo, SegmentInfo
+from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange, SegmentInfo
 
 FORMAT_VERSION = 1
 METADATA_KEY = b"pgsync"
@@ -87,10 +87,7 @@ def build_metadata(
         "format_version": FORMAT_VERSION,
         "table": table,
         "schema_version": schema_version,
-        "columns": [
-            {"name": c.name, "type_oid": c.type_oid, "type_modifier": c.type_modifier, "is_key": c.is_key}
-            for c in columns
-        ],
+        "columns": [_column_json(c) for c in columns],
         "first_commit_lsn": str(LSN(lsn[0].as_py())),
         "last_commit_lsn": str(LSN(lsn[last].as_py())),
         "first_seq": seq[0].as_py(),
@@ -101,6 +98,20 @@ def build_metadata(
         "part": part,
         "xid_bits": XID_BITS,
     }
+
+
+def _column_json(c: ColumnInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": c.name,
+        "type_oid": c.type_oid,
+        "type_modifier": c.type_modifier,
+        "is_key": c.is_key,
+    }
+    if c.attnum:
+        out["attnum"] = c.attnum
+    if c.missing is not None:
+        out["missing"] = c.missing
+    return out
 
 
 def encode(meta: Mapping[str, Any]) -> dict[bytes, bytes]:
@@ -131,11 +142,26 @@ def columns_of(meta: Mapping[str, Any], path: str) -> list[ColumnInfo]:
     """The columns recorded in a segment's metadata."""
     try:
         return [
-            ColumnInfo(str(c["name"]), int(c["type_oid"]), int(c["type_modifier"]), bool(c["is_key"]))
+            ColumnInfo(
+                str(c["name"]),
+                int(c["type_oid"]),
+                int(c["type_modifier"]),
+                bool(c["is_key"]),
+                attnum=int(c.get("attnum", 0)),
+                missing=None if c.get("missing") is None else str(c["missing"]),
+            )
             for c in meta["columns"]
         ]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ChangelogError(f"segment {path}: malformed columns in its 'pgsync' metadata ({exc})") from None
+
+
+def change_of(meta: Mapping[str, Any], path: str) -> SchemaChange:
+    """The DDL a segment's schema version started with (empty when the segment does not say)."""
+    try:
+        return SchemaChange.from_flags(meta.get("change"))
+    except (TypeError, ValueError, AttributeError, StateError) as exc:
+        raise ChangelogError(f"segment {path}: malformed change in its 'pgsync' metadata ({exc})") from None
 
 
 def xid_bits_of(meta: Mapping[str, Any], path: str) -> int:

@@ -38,7 +38,7 @@ from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, COMMIT_TS, OP, 
 from airflow_provider_pgsync.changelog.xids import widen_xids
 from airflow_provider_pgsync.errors import ChangelogError, ChangelogStorageError, ConfigError
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.model import ColumnInfo, SegmentInfo
+from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange, SegmentInfo
 from airflow_provider_pgsync.state.phases import table_key
 
 __all__ = ["ROW_GROUP_ROWS", "Changelog", "segments_to_prune"]
@@ -81,8 +81,10 @@ class Changelog:
         data: pa.Table,
         *,
         part: int = 0,
+        change: SchemaChange | None = None,
     ) -> SegmentInfo:
-        """Durably publish the changes in ``data`` (sorted, in ``segment_schema(columns)``) as one segment."""
+        """Durably publish the changes in ``data`` (sorted, in ``segment_schema(columns)``) as one
+        segment; ``change``: the DDL the schema version started with (its first segments keep it)."""
         if not isinstance(table, TableRef):
             raise ConfigError(f"write_segment needs a TableRef, not {table!r}; use TableRef.parse(text)")
         for what, value in (("schema_version", schema_version), ("part", part)):
@@ -92,6 +94,8 @@ class Changelog:
         what = f"segment of table {table} (schema version {schema_version}, part {part})"
         data = meta_.conform(data, schema, what)
         meta = meta_.build_metadata(str(table), schema_version, columns, data, part)
+        if change is not None and not change.empty:
+            meta["change"] = change.flags_json()
         first, last = data.column(COMMIT_LSN)[0].as_py(), data.column(COMMIT_LSN)[-1].as_py()
         path = segment_path(table, schema_version, first, last, part)
         data = data.replace_schema_metadata(meta_.encode(meta))

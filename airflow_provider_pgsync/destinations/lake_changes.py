@@ -54,6 +54,7 @@ from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAns
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
+from airflow_provider_pgsync.state.schema_diff import SchemaDiff
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +240,24 @@ class LakeChanges(Destination):
     def discard_backfill(self, location: str) -> None:
         self.files.remove(self.files.path(location))
 
+    def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
+        """Continue when columns were only added, NULL in older rows, at the end with a type of
+        ``added_column_type``; anything else (a rename, a drop, a type or key change, a
+        constant or volatile default for older rows) goes back to baseline: the base files keep
+        the old columns, and a new base is the only exact answer."""
+        refused = (
+            diff.unproven
+            or diff.rows_rewritten
+            or any(c.missing is not None for c in diff.added)
+            or diff.renamed
+            or diff.dropped
+            or diff.retyped
+        )
+        if refused:
+            log.warning("lake table %s goes back to baseline: %s", table, diff.describe())
+            return SchemaAnswer.REBASELINE
+        return self.schema_changed(table, diff.old, diff.new)
+
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
     ) -> SchemaAnswer:
@@ -252,7 +271,7 @@ class LakeChanges(Destination):
             or any(added_column_type(c) is None for c in added)
             or is_keyed(old) != is_keyed(new)  # the view merges keyed tables and counted rows apart
         ):
-            log.info("lake table %s: columns changed beyond an addition; it goes back to baseline", table)
+            log.warning("lake table %s: columns changed beyond an addition; it goes back to baseline", table)
             return SchemaAnswer.REBASELINE
         opened = self._tables.get(table)
         if opened is not None:

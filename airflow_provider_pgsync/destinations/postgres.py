@@ -42,11 +42,13 @@ from airflow_provider_pgsync.apply.net import (
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import postgres_baseline
+from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.sessions import hold_open, keepalive_args
 from airflow_provider_pgsync.state.model import ColumnInfo
+from airflow_provider_pgsync.state.schema_diff import SchemaDiff
 
 FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: OIDs below are the same everywhere
 
@@ -235,11 +237,15 @@ class PostgresDestination(Destination):
                 "applied; fix the destination table (or rebaseline it) and run apply again"
             ) from exc
 
+    def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
+        """See ``change_replica_schema``."""
+        return change_replica_schema(self._conn, table, diff, self._type)
+
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
     ) -> SchemaAnswer:
-        """Added columns are added, dropped ones dropped (Continue); a changed type or key
-        needs the table rebaselined."""
+        """Without column identities: added columns are added, dropped ones dropped (Continue);
+        a changed type or key needs the table rebaselined. Apply uses ``change_schema``."""
         before = {c.name: c for c in old}
         after = {c.name: c for c in new}
         for name in before.keys() & after.keys():

@@ -11,8 +11,12 @@ Lifecycle of one table in one destination:
    changelog's layout (``changelog/schema.py``: ``_op`` I/U/D/T, old keys, unchanged TOAST
    names, values as PostgreSQL text), applied together with the watermark ``upto``: after
    it returns, ``watermark(table)`` is ``upto``; a failure applies none of the batch;
-4. ``schema_changed(table, old, new)`` when the table's columns change: ``Continue`` (the
-   destination adapted, e.g. added a nullable column), ``Rebaseline`` or ``Error``;
+4. ``change_schema(table, diff)`` when the table's columns change (``state/schema_diff.py``:
+   old and new columns matched by attnum, so renames, drops and additions are told apart, and
+   what older rows hold in an added column): ``Continue`` (the destination adapted exactly),
+   ``Rebaseline`` or ``Error``. Its default asks the older ``schema_changed(table, old, new)``
+   only about columns added (NULL in older rows) or dropped, and answers Rebaseline to
+   anything else, so a destination written before never turns a rename into a drop and add;
 5. optionally ``backfill(table, columns, location, touched, upto)``: rows of the table re-read
    by a backfill and staged at ``location`` (for the lake, by the backfill's Spark job), written
    over the destination's rows except for the ``touched`` keys, with watermark ``upto``
@@ -38,6 +42,7 @@ from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
+from airflow_provider_pgsync.state.schema_diff import SchemaDiff
 
 
 class SchemaAnswer(enum.Enum):
@@ -66,6 +71,21 @@ class Destination(ABC):
     @abstractmethod
     def watermark(self, table: TableRef) -> Key | None:
         """The key of the last change applied to ``table``; None before the first batch."""
+
+    def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
+        """Follow ``diff`` exactly if possible, and say how apply goes on. The default: columns
+        only added (NULL in older rows) or dropped go to ``schema_changed``; anything else
+        (renames, type or key changes, values rewritten, unknown column identities) Rebaseline."""
+        if (
+            diff.unproven
+            or diff.renamed
+            or diff.retyped
+            or diff.key_changed
+            or diff.rows_rewritten
+            or any(c.missing is not None for c in diff.added)
+        ):
+            return SchemaAnswer.REBASELINE
+        return self.schema_changed(table, diff.old, diff.new)
 
     @abstractmethod
     def schema_changed(

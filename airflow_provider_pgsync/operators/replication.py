@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.publication import published_tables
@@ -67,6 +68,9 @@ class PgCreatePublicationOperator(_SourceOperator):
     def execute(self, context: Context) -> str:
         validate_publication_name(self.publication_name)
         published_tables(self.tables)
+        # before the slot: every DDL the slot will decode is then reported in the stream
+        with self.hook.connect() as conn:
+            install_ddl_trigger(conn)
         return self.hook.ensure_publication(self.publication_name, self.tables)
 
 

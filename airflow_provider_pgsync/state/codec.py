@@ -8,16 +8,17 @@ goes on where the older one stopped.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError, StateError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.columns import SchemaChange, column_json, column_of
 from airflow_provider_pgsync.state.destination import DestinationState
 from airflow_provider_pgsync.state.model import (
     FORMAT,
     Backfill,
-    ColumnInfo,
     PipelineState,
     SegmentInfo,
     TableState,
@@ -172,8 +173,13 @@ def _table_json(ts: TableState) -> dict[str, Any]:
         "phase": _phase_json(ts.fallback),
         "destinations": {name: _destination_json(d) for name, d in ts.destinations.items()},
         "schema_version": ts.schema_version,
-        "columns": [[c.name, c.type_oid, c.type_modifier, c.is_key] for c in ts.columns],
+        "columns": [column_json(c) for c in ts.columns],
     }
+    if ts.ddl is not None:
+        data["ddl"] = {
+            **ts.ddl.flags_json(),
+            "columns": None if ts.ddl.columns is None else [column_json(c) for c in ts.ddl.columns],
+        }
     if ts.backfill is not None:
         b = ts.backfill
         data["backfill"] = {
@@ -209,15 +215,19 @@ def _read_backfill(data: Mapping[str, Any] | None) -> Backfill | None:
 
 
 def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
-    columns = tuple(
-        ColumnInfo(_str(n, "column name"), _int(o, "type_oid"), _int(m, "type_modifier"), _bool(k, "is_key"))
-        for n, o, m, k in data["columns"]
-    )
+    columns = tuple(column_of(c) for c in data["columns"])
+    ddl = data.get("ddl")
+    change = None
+    if ddl is not None:
+        change = SchemaChange.from_flags(ddl)
+        if ddl.get("columns") is not None:
+            change = replace(change, columns=tuple(column_of(c) for c in ddl["columns"]))
     return TableState(
         table=TableRef.parse(key),
         fallback=_read_phase(data["phase"]),
         schema_version=_int(data["schema_version"], "schema_version"),
         columns=columns,
+        ddl=change,
         backfill=_read_backfill(data.get("backfill")),
         destinations={
             _str(name, "destination"): _read_destination(d)

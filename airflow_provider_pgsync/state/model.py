@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_pgsync.errors import ConfigError, StateError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_slot_name
+from airflow_provider_pgsync.state.columns import VALUE_REWRITES, ColumnInfo, SchemaChange, same_shape
 from airflow_provider_pgsync.state.destination import DestinationState, check_destination_name
 from airflow_provider_pgsync.state.phases import (
     XID_MAX,
@@ -45,6 +46,7 @@ __all__ = [
     "PipelineState",
     "Ready",
     "Retry",
+    "SchemaChange",
     "SegmentInfo",
     "SyncDone",
     "TablePhase",
@@ -61,16 +63,6 @@ _PIPELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 # ---- tables and segments ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ColumnInfo:
-    """One column of a table as the last Relation message described it."""
-
-    name: str
-    type_oid: int
-    type_modifier: int
-    is_key: bool
 
 
 @dataclass(frozen=True)
@@ -127,6 +119,8 @@ class TableState:
     columns: tuple[ColumnInfo, ...] = ()
     backfill: Backfill | None = None
     destinations: Mapping[str, DestinationState] = field(default_factory=dict)
+    ddl: SchemaChange | None = None
+    """DDL the source's trigger reported since the last schema version (None: none)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, TableRef):
@@ -218,11 +212,46 @@ class TableState:
 
         The first columns ever seen keep the current version (nothing to compare with).
         """
-        new = tuple(columns)
-        if new == self.columns:
-            return self
-        bump = 1 if self.columns else 0
-        return replace(self, columns=new, schema_version=self.schema_version + bump)
+        return self.with_relation(tuple(columns))[0]
+
+    def with_ddl(self, change: SchemaChange) -> TableState:
+        """The table with ``change`` (a DDL message) added to the DDL seen since its last version."""
+        return replace(self, ddl=(self.ddl or SchemaChange()).joined(change))
+
+    def with_relation(
+        self, columns: tuple[ColumnInfo, ...], catalog: tuple[ColumnInfo, ...] | None = None
+    ) -> tuple[TableState, SchemaChange]:
+        """Record the columns of a Relation message and the DDL seen since the last version.
+
+        The columns' attnums and missing values come from the DDL trigger's last report, else
+        the known columns, else ``catalog`` (read when capture started), whichever has the
+        Relation's names and types. A new schema version starts when the columns differ (by
+        shape, or by attnum where both sides know it: a column dropped and added again), when a
+        DDL may have changed rows without WAL, or when the columns cannot be matched; the
+        returned change (empty when no version started) says what the DDL did.
+        """
+        pending = self.ddl or SchemaChange()
+        known = self.columns if self.columns and all(c.attnum for c in self.columns) else None
+        facts = pending.columns if pending.columns is not None else known or catalog
+        if facts is not None and same_shape(facts, columns):
+            columns = facts
+        elif pending.columns is not None:
+            pending = pending.with_unproven(
+                f"the DDL trigger reported columns {[c.name for c in pending.columns]} where the "
+                f"Relation message has {[c.name for c in columns]}"
+            )
+        if not self.columns:
+            return replace(self, columns=columns, ddl=None), SchemaChange()
+        same = same_shape(self.columns, columns) and all(
+            a.attnum == b.attnum or not (a.attnum and b.attnum)
+            for a, b in zip(self.columns, columns, strict=True)
+        )
+        if same and not pending.unproven and not pending.rewrite & VALUE_REWRITES:
+            if columns == self.columns and self.ddl is None:
+                return self, SchemaChange()
+            return replace(self, columns=columns, ddl=None), SchemaChange()
+        change = replace(pending, columns=None)
+        return replace(self, columns=columns, schema_version=self.schema_version + 1, ddl=None), change
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import pytest
 
 from airflow_provider_pgsync.capture.run import CaptureResult, CaptureSettings, capture
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook, SlotInfo
 from airflow_provider_pgsync.pgoutput import LSN, Begin, Commit, PgOutputDecoder
 from airflow_provider_pgsync.state.model import Init, PipelineState, SegmentInfo
@@ -156,6 +157,8 @@ def make_pipeline(database: Database, source_conn_id: str, tmp_path: Path) -> Ma
         for statement in ddl:
             database.execute(statement)
         hook = PgReplicationHook(postgres_conn_id=source_conn_id)
+        with hook.connect() as conn:  # as setup does, before the slot
+            assert install_ddl_trigger(conn)
         hook.ensure_publication(PUBLICATION, tables)
         slot = f"s_{database.name}"
         creation = hook.ensure_slot(slot)

@@ -19,9 +19,10 @@ from psycopg import sql
 from airflow_provider_pgsync.capture.failpoints import ENV as FAIL_POINT_ENV
 from airflow_provider_pgsync.capture.failpoints import EXIT_CODE
 from airflow_provider_pgsync.capture.run import CaptureResult
+from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.pgoutput import LSN, pg_timestamp
-from airflow_provider_pgsync.state.model import ColumnInfo, Init
+from airflow_provider_pgsync.state.model import ColumnInfo, Init, SchemaChange
 from tests.capture.conftest import (
     Change,
     MakePipeline,
@@ -136,9 +137,9 @@ def test_changes_over_cut_batches_are_exact(database: Database, make_pipeline: M
         ITEMS: (Init(), 0),
         EVENTS: (Init(), 0),
     }
-    assert state.table(EVENTS).columns == (
-        ColumnInfo("a", INT4, -1, True),
-        ColumnInfo("b", TEXT, -1, True),
+    assert state.table(EVENTS).columns == (  # attnums from the catalog read at the first capture
+        ColumnInfo("a", INT4, -1, True, attnum=1),
+        ColumnInfo("b", TEXT, -1, True, attnum=2),
     )
 
     # nothing new: two more runs write nothing, only the idle advance moves the state
@@ -187,14 +188,15 @@ def test_schema_changes_start_new_versions(database: Database, make_pipeline: Ma
     ]
     assert changes[-1]["_old_key_id"] == "2"
 
-    key = ColumnInfo("id", INT4, -1, True)
-    name = ColumnInfo("name", TEXT, -1, False)
-    qty = ColumnInfo("qty", INT4, -1, False)
+    # attnums from the DDL trigger (make_pipeline installs it, as setup does)
+    key = ColumnInfo("id", INT4, -1, True, attnum=1)
+    name = ColumnInfo("name", TEXT, -1, False, attnum=2)
+    qty = ColumnInfo("qty", INT4, -1, False, attnum=3)
     expected_columns = {
         0: (key, name, qty),
-        1: (key, name, qty, ColumnInfo("extra", TEXT, -1, False)),
-        2: (key, name, ColumnInfo("extra", TEXT, -1, False)),
-        3: (key, name, ColumnInfo("extra", INT4, -1, False)),
+        1: (key, name, qty, ColumnInfo("extra", TEXT, -1, False, attnum=4)),
+        2: (key, name, ColumnInfo("extra", TEXT, -1, False, attnum=4)),
+        3: (key, name, ColumnInfo("extra", INT4, -1, False, attnum=4)),
     }
     reserved = ["_op", "_commit_lsn", "_seq", "_xid", "_commit_ts", "_unchanged", "_old_key_id"]
     for change in changes:
@@ -208,9 +210,10 @@ def test_schema_changes_start_new_versions(database: Database, make_pipeline: Ma
     for segment in items_segments:
         recorded = changelog.segment_metadata(segment.path)
         assert recorded["schema_version"] == segment.schema_version
-        assert recorded["columns"] == [
-            dataclasses.asdict(c) for c in expected_columns[segment.schema_version]
-        ]
+        assert columns_of(recorded, segment.path) == list(expected_columns[segment.schema_version])
+    # the type change had a USING clause and rewrote the table: version 3 says so
+    v3 = next(s for s in items_segments if s.schema_version == 3)
+    assert change_of(changelog.segment_metadata(v3.path), v3.path) == SchemaChange(rewrite=4, using=True)
     assert (state.table(ITEMS).schema_version, state.table(ITEMS).columns) == (3, expected_columns[3])
     assert state.table(EVENTS).schema_version == 0
     assert pipeline.changes(EVENTS)[0]["_op"] == "T"

@@ -1,0 +1,67 @@
+"""Following a source table's column changes in a PostgreSQL replica, exactly or not at all."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.model import ColumnInfo
+from airflow_provider_pgsync.state.schema_diff import SchemaDiff
+
+log = logging.getLogger(__name__)
+
+
+def change_replica_schema(
+    conn: psycopg.Connection[Any], table: TableRef, diff: SchemaDiff, type_of: Callable[[ColumnInfo], str]
+) -> SchemaAnswer:
+    """Apply ``diff`` to the replica's ``table`` in one transaction, or answer Rebaseline.
+
+    Exact in place: renames (values kept), drops, additions (older rows get the value the
+    source gives them: the column's missing value, else NULL) and widening type changes
+    without USING (int to bigint, a longer varchar, varchar to text). Rebaseline: unknown column
+    identities, a key change, and rows the source rewrote without WAL (a volatile default, a
+    type change with USING or a narrowing one).
+    """
+    why = diff.unproven or diff.rows_rewritten
+    if not why and diff.key_changed:
+        why = "the replica identity key changed"
+    if not why and not diff.widenings_only:
+        why = "a column's type changed in a way that may change its values"
+    if why:
+        log.warning("replica table %s goes back to baseline: %s (%s)", table, diff.describe(), why)
+        return SchemaAnswer.REBASELINE
+    alter = sql.SQL("ALTER TABLE {} ").format(table.identifier)
+    with conn.transaction():
+        for column in diff.dropped:
+            conn.execute(alter + sql.SQL("DROP COLUMN IF EXISTS {}").format(sql.Identifier(column.name)))
+        # through temporary names, so that swapped names (a <-> b) never collide
+        rename = sql.SQL("RENAME COLUMN {} TO {}")
+        for old, _ in diff.renamed:
+            temporary = sql.Identifier(f"pgsync_rename_{old.attnum}")
+            conn.execute(alter + rename.format(sql.Identifier(old.name), temporary))
+        for old, new in diff.renamed:
+            temporary = sql.Identifier(f"pgsync_rename_{old.attnum}")
+            conn.execute(alter + rename.format(temporary, sql.Identifier(new.name)))
+        for _, new in diff.retyped:
+            conn.execute(
+                alter
+                + sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(new.name), sql.SQL(type_of(new)))
+            )
+        for column in diff.added:
+            name, kind = sql.Identifier(column.name), sql.SQL(type_of(column))
+            if column.missing is None:
+                conn.execute(alter + sql.SQL("ADD COLUMN {} {}").format(name, kind))
+                continue
+            # a constant default fills the rows there (no rewrite), then goes: the source's
+            # default is the source's business, the replica only keeps its values
+            fill = sql.SQL("{}::{}").format(sql.Literal(column.missing), kind)
+            conn.execute(alter + sql.SQL("ADD COLUMN {} {} DEFAULT {}").format(name, kind, fill))
+            conn.execute(alter + sql.SQL("ALTER COLUMN {} DROP DEFAULT").format(name))
+    log.info("replica table %s follows the source: %s", table, diff.describe())
+    return SchemaAnswer.CONTINUE
