@@ -84,7 +84,7 @@ def apply_table(
     watermark = destination.watermark(table)
     if isinstance(phase, SyncDone) and watermark is None:
         segments = handoff_segments(segments, phase)
-    versions, changes = _columns_by_version(changelog, segments)
+    versions, started = _columns_by_version(changelog, segments)
     known = _version_at(segments, watermark)
     if known is not None or versions:
         first = known if known is not None else min(versions)
@@ -102,8 +102,8 @@ def apply_table(
             columns = versions[version]
             if known is not None and version != known:
                 change = SchemaChange()
-                for between in sorted(v for v in changes if known < v <= version):
-                    change = change.joined(changes[between])
+                for between in sorted(v for v in started if known < v <= version):
+                    change = change.joined(started[between])
                 diff = diff_columns(versions.get(known, table_state.columns), columns, change)
                 answer = destination.change_schema(table, diff)
                 if answer is not SchemaAnswer.CONTINUE:

@@ -1,0 +1,168 @@
+"""Each kind of DDL, with a writer running, captured through the DDL trigger and applied: the
+replica follows exactly (rename, default of older rows, drop, widening, drop and add again)
+or goes back to baseline; the lake continues only for NULL-filled additions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.columns import REWRITE_COLUMN, REWRITE_DEFAULT
+from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange
+from airflow_provider_pgsync.state.phases import Init, Ready
+from airflow_provider_pgsync.state.schema_diff import diff_columns
+from tests.apply.test_apply_postgres import _empty_baseline, apply_all, rows
+from tests.capture.conftest import MakePipeline, Pipeline
+from tests.conftest import Database
+
+ITEMS = "public.items"
+
+
+@contextmanager
+def writer(database: Database) -> Iterator[list[int]]:
+    """Updates and inserts into items (columns id and a only) until the block ends; yields the
+    count of its transactions, which must grow."""
+    done = threading.Event()
+    count = [0]
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with database.connect() as conn:
+                conn.autocommit = True
+                row = conn.execute("SELECT greatest(max(id), 1000) FROM items").fetchone()
+                n = int(row[0]) if row else 1000
+                while not done.is_set():
+                    n += 1
+                    conn.execute("UPDATE items SET a = a + 1 WHERE id = %s", (n % 20 + 1,))
+                    conn.execute("INSERT INTO items (id, a) VALUES (%s, %s)", (n, n))
+                    count[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while count[0] < 5 and time.monotonic() < deadline and not errors:
+        time.sleep(0.01)  # polling the writer's progress, with a deadline
+    try:
+        yield count
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+    assert count[0] >= 5
+
+
+def _step(pipeline: Pipeline, database: Database, replica: Database, ddl: list[str]) -> dict[str, object]:
+    """Run ``ddl`` while the writer runs, then stop it, capture everything and apply once."""
+    with writer(database) as count:
+        before = count[0]
+        for statement in ddl:
+            database.execute(statement)
+        deadline = time.monotonic() + 30
+        while count[0] < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the writer goes on under the new columns
+    pipeline.capture_until_idle()
+    return apply_all(pipeline, replica)
+
+
+@pytest.fixture
+def items(make_pipeline: MakePipeline, database: Database, replica: Database) -> Pipeline:
+    pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, a int, b text)"], [ITEMS])
+    _empty_baseline(pipeline, database, ITEMS)
+    database.execute("INSERT INTO items SELECT g, g, 'b' || g FROM generate_series(1, 50) g")
+    pipeline.capture_until_idle()
+    assert apply_all(pipeline, replica) == {ITEMS: Ready()}
+    return pipeline
+
+
+def test_replica_follows_each_ddl_exactly_between_transactions(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    # a constant default: older rows hold it in the source (no WAL), and in the replica
+    assert _step(items, database, replica, ["ALTER TABLE items ADD COLUMN c text DEFAULT 'x'"]) == {
+        ITEMS: Ready()
+    }
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    assert replica.execute("SELECT count(*) FROM items WHERE c = 'x'") == database.execute(
+        "SELECT count(*) FROM items WHERE c = 'x'"
+    )
+    # a rename keeps the values
+    assert _step(items, database, replica, ["ALTER TABLE items RENAME COLUMN b TO b_renamed"]) == {
+        ITEMS: Ready()
+    }
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    assert replica.execute("SELECT count(*) FROM items WHERE b_renamed IS NOT NULL")[0][0] == 50
+    # a widening type change in place
+    assert _step(items, database, replica, ["ALTER TABLE items ALTER COLUMN a TYPE bigint"]) == {
+        ITEMS: Ready()
+    }
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    assert replica.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "'items'::regclass AND attname = 'a'"
+    ) == [("bigint",)]
+    # a drop, and a column dropped and added again under its name (the same Relation message)
+    assert _step(items, database, replica, ["ALTER TABLE items DROP COLUMN b_renamed"]) == {ITEMS: Ready()}
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    again = ["ALTER TABLE items DROP COLUMN c", "ALTER TABLE items ADD COLUMN c text"]
+    assert _step(items, database, replica, again) == {ITEMS: Ready()}
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    assert replica.execute("SELECT count(*) FROM items WHERE c IS NOT NULL") == [(0,)]
+    # rows computed without WAL: back to baseline, never a silent difference
+    volatile = ["ALTER TABLE items ADD COLUMN d timestamptz DEFAULT clock_timestamp()"]
+    assert _step(items, database, replica, volatile) == {ITEMS: Init()}
+
+
+def test_replica_goes_back_to_baseline_for_a_type_change_with_using(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    ddl = ["ALTER TABLE items ALTER COLUMN a TYPE int USING a * 2"]  # the same type, new values
+    assert _step(items, database, replica, ddl) == {ITEMS: Init()}
+
+
+def test_replica_follows_ddl_inside_one_transaction(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    with database.connect() as conn, conn.transaction():
+        conn.execute("INSERT INTO items (id, a, b) VALUES (100, 1, 'before')")
+        conn.execute("ALTER TABLE items ADD COLUMN e text DEFAULT 'y'")
+        conn.execute("INSERT INTO items (id, a, b, e) VALUES (101, 2, 'after', 'z')")
+        conn.execute("ALTER TABLE items RENAME COLUMN b TO b2")
+        conn.execute("UPDATE items SET b2 = 'changed' WHERE id = 1")
+    items.capture_until_idle()
+    assert apply_all(items, replica) == {ITEMS: Ready()}
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+
+
+def test_lake_continues_only_for_null_filled_additions(tmp_path: Path) -> None:
+    lake = LakeChanges(LakeDestination(warehouse=str(tmp_path / "lake")))
+    table = TableRef("public", "items")
+    key = ColumnInfo("id", 23, -1, True, attnum=1)
+    b = ColumnInfo("b", 25, -1, False, attnum=2)
+    old = (key, b)
+
+    def answer(new: tuple[ColumnInfo, ...], change: SchemaChange | None = None) -> SchemaAnswer:
+        return lake.change_schema(table, diff_columns(old, new, change or SchemaChange()))
+
+    assert answer((key, b, ColumnInfo("c", 25, -1, False, attnum=3))) is SchemaAnswer.CONTINUE
+    rebaseline = [
+        answer((key, b, ColumnInfo("c", 25, -1, False, attnum=3, missing="x"))),  # a default for older rows
+        answer((key, ColumnInfo("b2", 25, -1, False, attnum=2))),  # a rename
+        answer((key,)),  # a drop
+        answer((key, ColumnInfo("b", 25, -1, False, attnum=3))),  # dropped and added again
+        answer((key, ColumnInfo("b", 20, -1, False, attnum=2)), SchemaChange(rewrite=REWRITE_COLUMN)),
+        answer((key, b, ColumnInfo("d", 1184, -1, False, attnum=3)), SchemaChange(rewrite=REWRITE_DEFAULT)),
+        answer((key, b, ColumnInfo("c", 25, -1, False))),  # identities unknown (no DDL trigger)
+    ]
+    assert rebaseline == [SchemaAnswer.REBASELINE] * len(rebaseline)
