@@ -211,9 +211,9 @@ def read_columns(conn: psycopg.Connection[Any], table: TableRef) -> list[tuple[s
                pg_get_expr(d.adbin, d.adrelid),
                ARRAY(SELECT r.attname::text FROM pg_depend p
                      JOIN pg_attribute r ON r.attrelid = p.refobjid AND r.attnum = p.refobjsubid
-                     WHERE p.classid = 'pg_class'::regclass AND p.objid = a.attrelid
-                       AND p.objsubid = a.attnum AND p.refclassid = 'pg_class'::regclass
-                       AND p.refobjid = a.attrelid AND p.refobjsubid > 0 ORDER BY r.attnum)
+                     WHERE p.classid = 'pg_attrdef'::regclass AND p.objid = d.oid
+                       AND p.refclassid = 'pg_class'::regclass AND p.refobjid = a.attrelid
+                       AND p.refobjsubid > 0 AND p.refobjsubid <> a.attnum ORDER BY r.attnum)
         FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
         WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
         ORDER BY a.attnum
@@ -229,26 +229,25 @@ def read_columns(conn: psycopg.Connection[Any], table: TableRef) -> list[tuple[s
 def place_generated(
     names: Sequence[str], source: Sequence[tuple[str, GeneratedColumn | None]]
 ) -> tuple[list[str | GeneratedColumn], list[GeneratedColumn]]:
-    """The columns ``names`` with the source's generated columns among them, each right after
-    the column it follows in the source (at the end when that column is not replicated), and
+    """The columns ``names`` with the source's generated columns among them, each after the
+    replicated column it follows in the source (first when none), and
     the generated columns left out: those whose expression reads a column not in ``names``."""
     replicated = set(names)
-    before: dict[str, list[GeneratedColumn]] = {}
-    pending: list[GeneratedColumn] = []
+    after: dict[str | None, list[GeneratedColumn]] = {}  # None: before the first column
+    last: str | None = None
     left_out: list[GeneratedColumn] = []
     for name, generated in source:
         if generated is None:
             if name in replicated:
-                before[name], pending = pending, []
+                last = name
         elif set(generated.uses) <= replicated:
-            pending.append(generated)
+            after.setdefault(last, []).append(generated)
         else:
             left_out.append(generated)
-    placed: list[str | GeneratedColumn] = []
+    placed: list[str | GeneratedColumn] = list(after.get(None, []))
     for name in names:
-        placed.extend(before.get(name, []))
         placed.append(name)
-    placed.extend(pending)
+        placed.extend(after.get(name, []))
     return placed, left_out
 
 

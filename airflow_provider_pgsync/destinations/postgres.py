@@ -209,6 +209,7 @@ class PostgresDestination(Destination):
         self, table: TableRef, staging: str, lineage: str, columns: Sequence[ColumnInfo]
     ) -> None:
         """Make the filled ``staging`` table ``table``, with no change applied yet, atomically."""
+        self._actual.pop(str(table), None)
         postgres_baseline.finish_baseline(self, table, staging, lineage, columns)
 
     def discard_baseline(self, staging: str) -> None:
@@ -273,6 +274,8 @@ class PostgresDestination(Destination):
                 )
             for column in old:
                 if column.name not in after:
+                    # the source dropped the generated columns reading it too (DROP ... CASCADE)
+                    postgres_create.drop_generated_using(self, table, column.name)
                     self._conn.execute(
                         sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
                             table.identifier, sql.Identifier(column.name)

@@ -110,3 +110,28 @@ def placed(
             ", ".join(column.uses),
         )
     return [by_name[c] if isinstance(c, str) else c for c in order]
+
+
+def drop_generated_using(destination: PostgresDestination, table: TableRef, column: str) -> None:
+    """Drop the generated columns of the replica's ``table`` whose expression reads ``column``
+    (which is about to be dropped: the source's ``DROP COLUMN ... CASCADE`` dropped them)."""
+    rows = destination._conn.execute(
+        "SELECT g.attname::text FROM pg_attrdef d"
+        " JOIN pg_attribute g ON g.attrelid = d.adrelid AND g.attnum = d.adnum AND g.attgenerated = 's'"
+        " JOIN pg_depend p ON p.classid = 'pg_attrdef'::regclass AND p.objid = d.oid"
+        " AND p.refclassid = 'pg_class'::regclass AND p.refobjid = d.adrelid"
+        " JOIN pg_attribute r ON r.attrelid = p.refobjid AND r.attnum = p.refobjsubid"
+        " WHERE d.adrelid = to_regclass(%s) AND r.attname = %s AND r.attnum <> g.attnum",
+        (table.identifier.as_string(destination._conn), column),
+    ).fetchall()
+    for (name,) in rows:
+        destination._conn.execute(
+            sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(table.identifier, sql.Identifier(name))
+        )
+        log.info(
+            "destination %s: generated column %s of %s dropped with the column %s it reads",
+            destination.name,
+            name,
+            table,
+            column,
+        )

@@ -174,3 +174,14 @@ def test_the_replica_has_the_sources_types_after_baseline_and_cdc(
     fallback = {} if with_extensions else {"ci": "text", "h": "text"}
     assert types(replica) == {**types(database), **fallback}
     assert rows(replica, "things") == rows(database, "things")
+
+    # a column dropped with the generated column that reads it (CASCADE in the source)
+    database.execute("ALTER TABLE things DROP COLUMN note CASCADE")
+    database.execute("UPDATE things SET ci = 'after drop' WHERE id = 1")
+    pipeline.capture_until_idle()
+
+    assert apply() == {str(TABLE): Ready()}
+
+    assert column_names(replica, "things") == column_names(database, "things")
+    assert "loud" not in column_names(replica, "things") and "doubled" in column_names(replica, "things")
+    assert rows(replica, "things") == rows(database, "things")
