@@ -4,15 +4,16 @@ Tables are created with the source's types (``postgres_types.py``: built-in type
 are, enums, domains and composites recreated under their names, extension types when the
 extension is installed in the replica, else ``text`` with a warning), the source's generated
 columns as generated columns with the source's expression (pgoutput does not send them: the
-replica computes them), and the primary key of the source's replica identity. A batch
-becomes a few statements of its net effect (``apply/net.py``). A plain batch (no TRUNCATE,
-key change or unchanged TOAST, the common case) is one DELETE and one UPDATE of the rows the
-table holds, joined with their keys or rows staged by ``COPY``, and one ``COPY`` of the new
-rows into the table. Other batches go step by step: deletes, inserts-or-updates of whole
-rows, then in-place updates that leave columns sent as unchanged TOAST alone. Values travel
-as PostgreSQL text and are parsed by the server. The watermark row ``<control
-schema>.watermarks`` is written in the same transaction, so a crash leaves the batch applied
-with its watermark or neither: every change takes effect exactly once.
+replica computes them; ``postgres_create.py``), and the primary key of the source's replica
+identity. A batch becomes a few statements of its net effect
+(``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
+case) is one DELETE and one UPDATE of the rows the table holds, joined with their keys or
+rows staged by ``COPY``, and one ``COPY`` of the new rows into the table. Other batches go
+step by step: deletes, inserts-or-updates of whole rows, then in-place updates that leave
+columns sent as unchanged TOAST alone.
+Values travel as PostgreSQL text and are parsed by the server. The watermark row
+``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
+batch applied with its watermark or neither: every change takes effect exactly once.
 A baseline fills a staging table and swaps it in (``postgres_baseline.py``).
 """
 

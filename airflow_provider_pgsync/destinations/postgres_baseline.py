@@ -2,14 +2,14 @@
 
 ``prepare_baseline`` creates an empty staging table in the destination's control schema,
 named after the baseline's lineage, with the source's column types and generated columns
-(``postgres_create.py``) and no key (rows load fastest into a bare heap). The baseline's
-Spark tasks copy their ctid ranges into it (``baseline/pg_copy.py``), each recording its
-partition in ``<control schema>.baseline_parts`` in the same transaction as its rows, so a
-retried task finds its partition done instead of copying it twice. ``finish_baseline`` then
-adds the primary key, analyzes the table and, in one transaction, drops the table it
-replaces, moves the staging table into place and resets the table's watermark row ("no
-change applied yet", recording the lineage): a reader sees the old table or the new one.
-``discard_baseline`` drops what a failed job left.
+(``postgres_create.py``) and no key (rows
+load fastest into a bare heap). The baseline's Spark tasks copy their ctid ranges into it
+(``baseline/pg_copy.py``), each recording its partition in ``<control schema>.baseline_parts``
+in the same transaction as its rows, so a retried task finds its partition done instead of
+copying it twice. ``finish_baseline`` then adds the primary key, analyzes the table and, in
+one transaction, drops the table it replaces, moves the staging table into place and resets
+the table's watermark row ("no change applied yet", recording the lineage): a reader sees
+the old table or the new one. ``discard_baseline`` drops what a failed job left.
 
 Functions of a ``PostgresDestination`` (its connection and types); its methods of the same
 names call them.
