@@ -167,6 +167,8 @@ class PostgresDestination(Destination):
     def open_table(self, table: TableRef, columns: Sequence[ColumnInfo], schema_version: int) -> None:
         del schema_version  # the table's columns say everything this destination needs
         if self._exists(table):
+            postgres_create.add_new_generated(self, table)
+            self._actual.pop(str(table), None)
             return
         keys = key_columns(columns) if is_keyed(columns) else []
         extra = (

@@ -6,7 +6,10 @@ expression (``pg_get_expr`` of the source's default), each after the column it f
 source, and computes them itself; the baseline's ``COPY`` and apply name only the other
 columns. A generated column whose expression reads a column the pipeline does not replicate
 (a publication's column list) is left out, and so is one the replica cannot make (its
-expression calls a function the replica lacks), each with a WARNING.
+expression calls a function the replica lacks), each with a WARNING. A generated column added
+to the source later is in no change either: ``open_table`` adds it to the replica's table (at
+its end) once the replica has the columns it reads. A column dropped in the replica takes the
+generated columns reading it along, as the source's ``DROP COLUMN ... CASCADE`` did.
 
 A function of a ``PostgresDestination`` (its connection, types and source catalog).
 """
@@ -134,4 +137,51 @@ def drop_generated_using(destination: PostgresDestination, table: TableRef, colu
             name,
             table,
             column,
+        )
+
+
+def add_new_generated(destination: PostgresDestination, table: TableRef) -> None:
+    """Add to the replica's existing ``table`` the source's generated columns it lacks whose
+    expression reads only columns it has: a generated column added to the source later is in
+    no change (pgoutput leaves it out), so it is looked up here, at the end of the table."""
+    if destination._source is None:
+        return
+    conn = destination._conn
+    have = {
+        str(r[0])
+        for r in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0"
+            " AND NOT attisdropped",
+            (table.identifier.as_string(conn),),
+        ).fetchall()
+    }
+    for _, column in destination._source.columns(table):
+        if column is None or column.name in have or not set(column.uses) <= have:
+            continue
+        type_sql = destination._types.column_type(table, column.name, column.type_oid, column.type_modifier)
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {} GENERATED ALWAYS AS ({}) STORED").format(
+                        table.identifier,
+                        sql.Identifier(column.name),
+                        sql.SQL(type_sql),
+                        sql.SQL(column.expression),
+                    )
+                )
+        except psycopg.Error as exc:
+            log.warning(
+                "destination %s: the source's new generated column %s of table %s could not be added: %s; "
+                "create what its expression uses in the destination database",
+                destination.name,
+                column.name,
+                table,
+                exc.diag.message_primary or exc,
+            )
+            continue
+        log.info(
+            "destination %s: generated column %s added to %s as in the source",
+            destination.name,
+            column.name,
+            table,
         )

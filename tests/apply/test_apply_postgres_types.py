@@ -2,7 +2,8 @@
 composites (and arrays of them), citext and hstore when the replica has the extensions (text
 and a warning when not), and generated columns computed by the replica; through a baseline
 and then capture and apply, including a label added to an enum and a column added with a
-new enum type."""
+new enum type, a column dropped with a generated column reading it, a generated column
+added later."""
 
 from __future__ import annotations
 
@@ -184,4 +185,15 @@ def test_the_replica_has_the_sources_types_after_baseline_and_cdc(
 
     assert column_names(replica, "things") == column_names(database, "things")
     assert "loud" not in column_names(replica, "things") and "doubled" in column_names(replica, "things")
+    assert rows(replica, "things") == rows(database, "things")
+
+    # a generated column added to the source later: no change carries it, apply adds it
+    database.execute("ALTER TABLE things ADD COLUMN tripled bigint GENERATED ALWAYS AS (d * 3) STORED")
+    database.execute("UPDATE things SET d = 77 WHERE id = 3")
+    pipeline.capture_until_idle()
+
+    assert apply() == {str(TABLE): Ready()}
+
+    assert column_names(replica, "things") == column_names(database, "things")
+    assert generated(replica) == generated(database)
     assert rows(replica, "things") == rows(database, "things")
