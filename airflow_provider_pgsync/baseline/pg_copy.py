@@ -4,8 +4,8 @@ into each destination's staging table by ``COPY FROM``, in a Spark task (no Spar
 No Spark row or JVM object is made: each chunk the source sends is written as it is to every
 destination. Both sides run with the same text settings (``TEXT_OUTPUT``: UTC, ISO dates,
 postgres intervals, shortest exact floats, hex bytea, UTF8), so every value's text output
-parses back to the same value; a column the destination keeps as ``text`` (enums, domains,
-extension types) gets the source's text output, which is also what capture's pgoutput sends.
+parses back to the same value; a column the destination keeps as ``text`` (a type it cannot
+have, e.g. of an extension it lacks) gets the source's text output, as pgoutput sends it.
 
 Exactly once: a task copies its partition in one transaction per destination, and the first
 statement of that transaction records the partition in the destination's parts table

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
+from airflow_provider_pgsync.destinations.pg_typedefs import SourceCatalog
 from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import shown
@@ -50,14 +51,15 @@ def destination_name(config: Mapping[str, Any]) -> str:
     return lake_name(LakeDestination.from_config(dict(config)))
 
 
-def open_destination(config: Mapping[str, Any]) -> Destination:
-    """The destination apply writes through for ``config`` (connects a replica)."""
+def open_destination(config: Mapping[str, Any], *, source: SourceCatalog | None = None) -> Destination:
+    """The destination apply writes through for ``config`` (connects a replica, which reads the
+    types and generated columns of the tables it creates from the ``source`` catalog)."""
     # imported here: each kind's module brings its own I/O libraries
     kind = destination_kind(config)
     if kind == "postgres":
         from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 
-        return PostgresDestination.from_config(config)
+        return PostgresDestination.from_config(config, source=source)
     if kind == "custom":
         return open_custom(config)
     from airflow_provider_pgsync.destinations.lake_changes import LakeChanges

@@ -1,8 +1,11 @@
 """The PostgreSQL destination: a replica database, each batch in one transaction with its watermark.
 
-Tables are created with the source's types where they are built in (same OIDs in every
-database) and as ``text`` otherwise (enums, domains, extension types), with the primary key
-of the source's replica identity. A batch becomes a few statements of its net effect
+Tables are created with the source's types (``postgres_types.py``: built-in types as they
+are, enums, domains and composites recreated under their names, extension types when the
+extension is installed in the replica, else ``text`` with a warning), the source's generated
+columns as generated columns with the source's expression (pgoutput does not send them: the
+replica computes them; ``postgres_create.py``), and the primary key of the source's replica
+identity. A batch becomes a few statements of its net effect
 (``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
 case) is one DELETE and one UPDATE of the rows the table holds, joined with their keys or
 rows staged by ``COPY``, and one ``COPY`` of the new rows into the table. Other batches go
@@ -17,6 +20,7 @@ A baseline fills a staging table and swaps it in (``postgres_baseline.py``).
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -41,8 +45,10 @@ from airflow_provider_pgsync.apply.net import (
 )
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
-from airflow_provider_pgsync.destinations import postgres_baseline
+from airflow_provider_pgsync.destinations import postgres_baseline, postgres_create
+from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
+from airflow_provider_pgsync.destinations.postgres_types import ReplicaTypes
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
@@ -50,7 +56,7 @@ from airflow_provider_pgsync.source.sessions import hold_open, keepalive_args
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.state.schema_diff import SchemaDiff
 
-FIRST_USER_OID = 16384  # PostgreSQL's FirstNormalObjectId: OIDs below are the same everywhere
+log = logging.getLogger(__name__)
 
 # Every change of the source becomes a change here, so the tables are heavily updated: room
 # on each page lets an updated row's new version stay on its page (a HOT update, with no new
@@ -82,7 +88,9 @@ class PostgresDestination(Destination):
 
     In a pipeline's config: ``{"kind": "postgres", "conn_id": "<Airflow connection>",
     "name": "postgres", "control_schema": "pgsync", "fillfactor": 70}`` (``from_config``);
-    ``fillfactor`` is that of the tables it creates.
+    ``fillfactor`` is that of the tables it creates. ``source`` reads the source's catalog for
+    the types and generated columns of the tables it creates (without it, types of the source
+    that are not built in become ``text`` and generated columns are left out).
     """
 
     def __init__(
@@ -92,6 +100,7 @@ class PostgresDestination(Destination):
         name: str = "postgres",
         control_schema: str = "pgsync",
         fillfactor: int = DEFAULT_FILLFACTOR,
+        source: SourceCatalog | None = None,
     ) -> None:
         if isinstance(fillfactor, bool) or not isinstance(fillfactor, int) or not 10 <= fillfactor <= 100:
             raise ConfigError(
@@ -109,13 +118,18 @@ class PostgresDestination(Destination):
         # the session lasts the whole apply run, idle while other tables and destinations are
         # worked on, and idle in a batch's transaction while its rows are read and staged
         hold_open(self._conn)
-        self._types: dict[tuple[int, int], str] = {}
+        self._source = source
+        self._types = ReplicaTypes(self._conn, source, name)
+        self._actual: dict[str, dict[str, str]] = {}  # per table, its columns' types in the replica
         self._staged = 0
         self._ensure_watermarks()
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> PostgresDestination:
-        """The destination a pipeline config describes; the password comes from the connection."""
+    def from_config(
+        cls, config: Mapping[str, Any], *, source: SourceCatalog | None = None
+    ) -> PostgresDestination:
+        """The destination a pipeline config describes; the password comes from the connection;
+        ``source``: the source's catalog (the types of the tables it creates)."""
         data = {k: v for k, v in config.items() if k != "kind"}
         unknown = set(data) - {"conn_id", "name", "control_schema", "fillfactor"}
         if unknown or "conn_id" not in data:
@@ -142,6 +156,7 @@ class PostgresDestination(Destination):
                 name=str(data.get("name", "postgres")),
                 control_schema=str(data.get("control_schema", "pgsync")),
                 fillfactor=data.get("fillfactor", DEFAULT_FILLFACTOR),
+                source=source,
             )
         except DestinationUnavailableError as exc:
             remedy = tls_remedy(str(exc))
@@ -153,17 +168,17 @@ class PostgresDestination(Destination):
 
     def open_table(self, table: TableRef, columns: Sequence[ColumnInfo], schema_version: int) -> None:
         del schema_version  # the table's columns say everything this destination needs
+        if self._exists(table):
+            postgres_create.add_new_generated(self, table)
+            self._actual.pop(str(table), None)
+            return
         keys = key_columns(columns) if is_keyed(columns) else []
-        items = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(self._type(c))) for c in columns]
-        if keys:
-            items.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, keys))))
-        with self._conn.transaction():
-            self._conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)))
-            self._conn.execute(
-                sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}) WITH (fillfactor = {})").format(
-                    table.identifier, sql.SQL(", ").join(items), sql.Literal(self.fillfactor)
-                )
-            )
+        extra = (
+            [sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))]
+            if keys
+            else []
+        )
+        self.create_table(table, table, columns, extra, if_not_exists=True)
 
     def watermark(self, table: TableRef) -> Key | None:
         try:
@@ -199,6 +214,7 @@ class PostgresDestination(Destination):
         self, table: TableRef, staging: str, lineage: str, columns: Sequence[ColumnInfo]
     ) -> None:
         """Make the filled ``staging`` table ``table``, with no change applied yet, atomically."""
+        self._actual.pop(str(table), None)
         postgres_baseline.finish_baseline(self, table, staging, lineage, columns)
 
     def discard_baseline(self, staging: str) -> None:
@@ -209,6 +225,7 @@ class PostgresDestination(Destination):
         self, table: TableRef, columns: Sequence[ColumnInfo], changes: pa.RecordBatch, upto: Key
     ) -> None:
         try:
+            self._refresh_types(table, columns)
             with self._conn.transaction():
                 bulk = bulk_net(columns, changes)
                 if bulk is not None:
@@ -239,13 +256,22 @@ class PostgresDestination(Destination):
 
     def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
         """See ``change_replica_schema``."""
-        return change_replica_schema(self._conn, table, diff, self._type)
+        self._actual.pop(str(table), None)
+        return change_replica_schema(
+            self._conn,
+            table,
+            diff,
+            type_of=lambda column: self.new_type(table, column),
+            # the source dropped the generated columns reading it too (DROP ... CASCADE)
+            before_drop=lambda name: postgres_create.drop_generated_using(self, table, name),
+        )
 
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
     ) -> SchemaAnswer:
-        """Without column identities: added columns are added, dropped ones dropped (Continue);
-        a changed type or key needs the table rebaselined. Apply uses ``change_schema``."""
+        """Without column identities: added columns are added (with the source's type), dropped
+        ones dropped (Continue); a changed type or key needs the table rebaselined. Apply uses
+        ``change_schema``."""
         before = {c.name: c for c in old}
         after = {c.name: c for c in new}
         for name in before.keys() & after.keys():
@@ -254,16 +280,20 @@ class PostgresDestination(Destination):
                 return SchemaAnswer.REBASELINE
         if [c.name for c in old if c.is_key] != [c.name for c in new if c.is_key]:
             return SchemaAnswer.REBASELINE
+        # types made before the transaction: a label added to an enum is usable once committed
+        added = [(c, self.new_type(table, c)) for c in new if c.name not in before]
+        self._actual.pop(str(table), None)
         with self._conn.transaction():
-            for column in new:
-                if column.name not in before:
-                    self._conn.execute(
-                        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-                            table.identifier, sql.Identifier(column.name), sql.SQL(self._type(column))
-                        )
+            for column, type_sql in added:
+                self._conn.execute(
+                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                        table.identifier, sql.Identifier(column.name), sql.SQL(type_sql)
                     )
+                )
             for column in old:
                 if column.name not in after:
+                    # the source dropped the generated columns reading it too (DROP ... CASCADE)
+                    postgres_create.drop_generated_using(self, table, column.name)
                     self._conn.execute(
                         sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
                             table.identifier, sql.Identifier(column.name)
@@ -273,6 +303,8 @@ class PostgresDestination(Destination):
 
     def close(self) -> None:
         self._conn.close()
+        if self._source is not None:
+            self._source.close()
 
     # ---- keyed tables, plain batches: three set statements
 
@@ -379,7 +411,7 @@ class PostgresDestination(Destination):
             sql.SQL("SELECT {} FROM {} WHERE {}").format(
                 sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in wanted),
                 table.identifier,
-                self._key_match(columns, keys),
+                self._key_match(table, columns, keys),
             ),
             list(state.carry_from),
         ).fetchone()
@@ -399,7 +431,7 @@ class PostgresDestination(Destination):
             sql.SQL("DELETE FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
                 table.identifier,
                 sql.SQL(", ").join(map(sql.Identifier, keys)),
-                self._casts(columns, keys),
+                self._casts(table, columns, keys),
                 _unnest(len(keys)),
             ),
             [[row[i] for row in rows] for i in range(len(keys))],
@@ -414,7 +446,7 @@ class PostgresDestination(Destination):
             sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
                 table.identifier,
                 sql.SQL(", ").join(map(sql.Identifier, names)),
-                self._casts(columns, names),
+                self._casts(table, columns, names),
                 _unnest(len(names)),
                 sql.SQL(", ").join(map(sql.Identifier, keys)),
                 sql.SQL(", ").join(
@@ -443,7 +475,7 @@ class PostgresDestination(Destination):
                         sql.SQL("{} = v.{}").format(sql.Identifier(n), sql.Identifier(f"c{names.index(n)}"))
                         for n in others
                     ),
-                    self._casts(columns, names, aliases=True),
+                    self._casts(table, columns, names, aliases=True),
                     _unnest(len(names)),
                     sql.SQL(" AND ").join(
                         sql.SQL("t.{} = v.{}").format(sql.Identifier(k), sql.Identifier(f"c{names.index(k)}"))
@@ -457,7 +489,7 @@ class PostgresDestination(Destination):
                 sql.SQL("SELECT count(*) FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
                     table.identifier,
                     sql.SQL(", ").join(map(sql.Identifier, keys)),
-                    self._casts(columns, keys),
+                    self._casts(table, columns, keys),
                     _unnest(len(keys)),
                 ),
                 [[row[k] for row in rows] for k in keys],
@@ -484,7 +516,7 @@ class PostgresDestination(Destination):
                     table.identifier,
                     sql.SQL(" AND ").join(
                         sql.SQL("{}::text IS NOT DISTINCT FROM (%s::{})::text").format(
-                            sql.Identifier(c.name), sql.SQL(self._type(c))
+                            sql.Identifier(c.name), sql.SQL(self._type(table, c))
                         )
                         for c in columns
                     ),
@@ -502,7 +534,9 @@ class PostgresDestination(Destination):
                 sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
                     table.identifier,
                     sql.SQL(", ").join(map(sql.Identifier, names)),
-                    sql.SQL(", ").join(sql.SQL("%s::{}").format(sql.SQL(self._type(c))) for c in columns),
+                    sql.SQL(", ").join(
+                        sql.SQL("%s::{}").format(sql.SQL(self._type(table, c))) for c in columns
+                    ),
                 ),
                 [change.new[n] for n in names],
             )
@@ -540,31 +574,69 @@ class PostgresDestination(Destination):
                     ).format(self._watermarks)
                 )
 
-    def _type(self, column: ColumnInfo) -> str:
-        """The destination type of ``column``: the source's when built in, else ``text``."""
-        if column.type_oid >= FIRST_USER_OID:
-            return "text"
-        key = (column.type_oid, column.type_modifier)
-        if key not in self._types:
-            row = self._conn.execute("SELECT format_type(%s, %s)", key).fetchone()
-            self._types[key] = str(row[0]) if row and row[0] else "text"
-        return self._types[key]
+    def _type(self, table: TableRef, column: ColumnInfo) -> str:
+        """The type ``column`` has in the replica's ``table`` (what values are cast to), or would
+        be created with."""
+        key = str(table)
+        if key not in self._actual:
+            rows = self._conn.execute(
+                "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute"
+                " WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+                (table.identifier.as_string(self._conn),),
+            ).fetchall()
+            self._actual[key] = {str(r[0]): str(r[1]) for r in rows}
+        return self._actual[key].get(column.name) or self.new_type(table, column)
+
+    def new_type(self, table: TableRef, column: ColumnInfo, *, warn: bool = True) -> str:
+        """The type a new column of ``table`` gets: the source's (``postgres_types.py``)."""
+        return self._types.column_type(table, column.name, column.type_oid, column.type_modifier, warn=warn)
+
+    def _refresh_types(self, table: TableRef, columns: Sequence[ColumnInfo]) -> None:
+        """Bring the replica's user types of ``columns`` up to the source's (an enum's new
+        labels), once per session, before a batch uses them."""
+        if self._source is not None:
+            for column in columns:
+                if column.type_oid >= FIRST_USER_OID:
+                    self.new_type(table, column, warn=False)
+
+    def _exists(self, table: TableRef) -> bool:
+        row = self._conn.execute(
+            "SELECT to_regclass(%s)", (table.identifier.as_string(self._conn),)
+        ).fetchone()
+        return row is not None and row[0] is not None
+
+    def create_table(
+        self,
+        table: TableRef,
+        target: TableRef,
+        columns: Sequence[ColumnInfo],
+        extra: Sequence[sql.Composable] = (),
+        *,
+        if_not_exists: bool = False,
+    ) -> None:
+        """Create ``target`` (``table`` or its staging table) with ``columns`` in the source's
+        types and the source's generated columns of ``table`` (``postgres_create.py``)."""
+        self._actual.pop(str(target), None)
+        postgres_create.create_table(self, table, target, columns, extra, if_not_exists=if_not_exists)
 
     def _casts(
-        self, columns: Sequence[ColumnInfo], names: list[str], *, aliases: bool = False
+        self, table: TableRef, columns: Sequence[ColumnInfo], names: list[str], *, aliases: bool = False
     ) -> sql.Composed:
         """``c0::type0, c1::type1, ...`` over the unnest's columns, for ``names`` in order."""
         by_name = {c.name: c for c in columns}
         items = []
         for i, name in enumerate(names):
-            cast = sql.SQL("{}::{}").format(sql.Identifier(f"c{i}"), sql.SQL(self._type(by_name[name])))
+            cast = sql.SQL("{}::{}").format(
+                sql.Identifier(f"c{i}"), sql.SQL(self._type(table, by_name[name]))
+            )
             items.append(sql.SQL("{} AS {}").format(cast, sql.Identifier(f"c{i}")) if aliases else cast)
         return sql.SQL(", ").join(items)
 
-    def _key_match(self, columns: Sequence[ColumnInfo], keys: list[str]) -> sql.Composed:
+    def _key_match(self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str]) -> sql.Composed:
         by_name = {c.name: c for c in columns}
         return sql.SQL(" AND ").join(
-            sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(by_name[k]))) for k in keys
+            sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(table, by_name[k])))
+            for k in keys
         )
 
 

@@ -1,7 +1,8 @@
 """The PostgreSQL destination's baseline: a staging table filled by the Spark job, swapped in.
 
 ``prepare_baseline`` creates an empty staging table in the destination's control schema,
-named after the baseline's lineage, with the destination's column types and no key (rows
+named after the baseline's lineage, with the source's column types and generated columns
+(``postgres_create.py``) and no key (rows
 load fastest into a bare heap). The baseline's Spark tasks copy their ctid ranges into it
 (``baseline/pg_copy.py``), each recording its partition in ``<control schema>.baseline_parts``
 in the same transaction as its rows, so a retried task finds its partition done instead of
@@ -69,15 +70,11 @@ def prepare_baseline(
     staging tables of earlier failed baselines of ``table``); its qualified name as SQL text."""
     conn = destination._conn
     staging = TableRef(destination.control_schema, staging_name(lineage))
-    items = [sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(destination._type(c))) for c in columns]
     with conn.transaction():
         for stale in _staging_tables(destination, table) | {str(staging)}:
             _drop(destination, TableRef.parse(stale))
-        conn.execute(
-            sql.SQL("CREATE TABLE {} ({}) WITH (fillfactor = {})").format(
-                staging.identifier, sql.SQL(", ").join(items), sql.Literal(destination.fillfactor)
-            )
-        )
+        # the source's types and generated columns (destinations/postgres_create.py)
+        destination.create_table(table, staging, columns)
         conn.execute(
             sql.SQL("COMMENT ON TABLE {} IS {}").format(staging.identifier, sql.Literal(_comment(table)))
         )

@@ -18,7 +18,12 @@ log = logging.getLogger(__name__)
 
 
 def change_replica_schema(
-    conn: psycopg.Connection[Any], table: TableRef, diff: SchemaDiff, type_of: Callable[[ColumnInfo], str]
+    conn: psycopg.Connection[Any],
+    table: TableRef,
+    diff: SchemaDiff,
+    *,
+    type_of: Callable[[ColumnInfo], str],
+    before_drop: Callable[[str], None] = lambda name: None,
 ) -> SchemaAnswer:
     """Apply ``diff`` to the replica's ``table`` in one transaction, or answer Rebaseline.
 
@@ -26,7 +31,9 @@ def change_replica_schema(
     source gives them: the column's missing value, else NULL) and widening type changes
     without USING (int to bigint, a longer varchar, varchar to text). Rebaseline: unknown column
     identities, a key change, and rows the source rewrote without WAL (a volatile default, a
-    type change with USING or a narrowing one).
+    type change with USING or a narrowing one). ``type_of`` gives a column's type in the
+    replica (making the source's type there first, outside the transaction: a label added to
+    an enum is usable once committed); ``before_drop`` runs before a column is dropped.
     """
     why = diff.unproven or diff.rows_rewritten
     if not why and diff.key_changed:
@@ -37,8 +44,10 @@ def change_replica_schema(
         log.warning("replica table %s goes back to baseline: %s (%s)", table, diff.describe(), why)
         return SchemaAnswer.REBASELINE
     alter = sql.SQL("ALTER TABLE {} ").format(table.identifier)
+    types = {c.attnum: sql.SQL(type_of(c)) for c in [*diff.added, *(new for _, new in diff.retyped)]}
     with conn.transaction():
         for column in diff.dropped:
+            before_drop(column.name)
             conn.execute(alter + sql.SQL("DROP COLUMN IF EXISTS {}").format(sql.Identifier(column.name)))
         # through temporary names, so that swapped names (a <-> b) never collide
         rename = sql.SQL("RENAME COLUMN {} TO {}")
@@ -51,10 +60,10 @@ def change_replica_schema(
         for _, new in diff.retyped:
             conn.execute(
                 alter
-                + sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(new.name), sql.SQL(type_of(new)))
+                + sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(new.name), types[new.attnum])
             )
         for column in diff.added:
-            name, kind = sql.Identifier(column.name), sql.SQL(type_of(column))
+            name, kind = sql.Identifier(column.name), types[column.attnum]
             if column.missing is None:
                 conn.execute(alter + sql.SQL("ADD COLUMN {} {}").format(name, kind))
                 continue

@@ -14,6 +14,7 @@ from airflow_provider_pgsync.apply.run import TableApplied, apply_table
 from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
+from airflow_provider_pgsync.destinations.pg_typedefs import SourceCatalog
 from airflow_provider_pgsync.errors import (
     ApplyFailedError,
     ConfigError,
@@ -105,7 +106,7 @@ class PgApplyOperator(BaseOperator):
             run = _Run(Changelog(self.changelog_uri))
             self._find_dead_baselines(hook, run, state)
             for config in self.destinations:
-                self._apply_destination(run, state, config)
+                self._apply_destination(run, state, config, hook)
             lock.ensure_held()  # a run that lost its lock records nothing (another may run now)
             saved = update_state(store, self.pipeline, run.record)
             self._discard_backfills(run, state)
@@ -145,12 +146,16 @@ class PgApplyOperator(BaseOperator):
                 decision = TableApplied(key, 0, 0, None, errored)
                 run.decisions.append((key, name, held.lineage, held.phase, decision))
 
-    def _apply_destination(self, run: _Run, state: PipelineState, config: Mapping[str, Any]) -> None:
+    def _apply_destination(
+        self, run: _Run, state: PipelineState, config: Mapping[str, Any], hook: PgReplicationHook
+    ) -> None:
         """Every table into one destination; a destination that cannot be reached is noted and
         skipped (its phases stay), one that refuses a table leaves that table Errored in it."""
         name = destination_name(config)
         try:
-            destination = open_destination(config)
+            # a replica reads the source's catalog (through a connection opened when first needed)
+            # for the types and generated columns of the tables and columns it creates
+            destination = open_destination(config, source=SourceCatalog(connect=hook.connect))
         except DestinationUnavailableError as exc:
             run.unavailable.append(f"every table in destination {name}: {exc} (the task will be retried)")
             self.log.error("apply -> %s: %s", name, exc)

@@ -22,6 +22,7 @@ from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
+from airflow_provider_pgsync.destinations.pg_typedefs import read_columns
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
@@ -172,6 +173,7 @@ class PgBaselineOperator(BaseOperator):
                         snapshot.baseline_lsn,
                     )
                     columns = column_infos(conn, spec_table.table, spec_table.columns)
+                    self._note_generated(conn, spec_table)
                     check_custom(self.destinations)
                     spark = any(destination_kind(d) != "custom" for d in self.destinations)  # lakes, replicas
                     self._replicas = ReplicaBaselines(self.destinations, self.log)
@@ -238,6 +240,23 @@ class PgBaselineOperator(BaseOperator):
             "written": list(result.written),
             "lineage": lineage,
         }
+
+    def _note_generated(self, conn: Any, table: PublishedTable) -> None:
+        """Say which generated columns each kind of destination leaves out or computes."""
+        generated = [name for name, g in read_columns(conn, table.table) if g is not None]
+        if not generated:
+            return
+        lakes = [destination_name(d) for d in self.destinations if destination_kind(d) == "lake"]
+        others = [destination_name(d) for d in self.destinations if destination_kind(d) == "custom"]
+        replicas = [destination_name(d) for d in self.destinations if destination_kind(d) == "postgres"]
+        self.log.info(
+            "baseline %s: generated column(s) %s are not sent by logical replication:%s%s%s",
+            table.table,
+            ", ".join(generated),
+            f" left out of {', '.join(lakes)} (compute them in queries);" if lakes else "",
+            f" left out of {', '.join(others)};" if others else "",
+            f" created as generated columns in {', '.join(replicas)}" if replicas else "",
+        )
 
     def on_kill(self) -> None:
         if self._submit is not None:

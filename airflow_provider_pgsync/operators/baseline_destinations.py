@@ -21,6 +21,7 @@ from airflow_provider_pgsync.baseline.passfile import PassEntry
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.configs import custom_class, destination_kind, open_custom
+from airflow_provider_pgsync.destinations.pg_typedefs import SourceCatalog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.baseline_rows import text_batches
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
@@ -60,7 +61,8 @@ class ReplicaBaselines:
             return spec
         entries = []
         for config in self.configs:
-            destination = PostgresDestination.from_config(config)
+            # the staging table gets the source's types and generated columns, read in the snapshot
+            destination = PostgresDestination.from_config(config, source=SourceCatalog(conn=conn))
             try:
                 staging = destination.prepare_baseline(table.table, columns, spec.lineage)
                 parts = destination.baseline_parts

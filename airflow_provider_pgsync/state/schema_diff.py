@@ -76,7 +76,8 @@ class SchemaDiff:
     @property
     def rows_rewritten(self) -> str:
         """Why rows may hold values no change carries (empty: they do not)."""
-        if self.change.rewrite & REWRITE_DEFAULT:
+        # (a stored generated column added rewrites the table too, but only computes itself)
+        if self.change.rewrite & REWRITE_DEFAULT and self.added:
             return "a column was added with a volatile default, computed for every row without WAL"
         if self.change.rewrite & REWRITE_COLUMN and not (self.retyped and self.widenings_only):
             return "the table was rewritten with new column values (ALTER COLUMN ... TYPE ... USING)"

@@ -35,7 +35,8 @@ DDL = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
     "CREATE DOMAIN posint AS integer CHECK (VALUE > 0)",
     "CREATE TABLE items (id bigint PRIMARY KEY, m mood, d posint, n numeric(12,3), u numeric,"
-    " ts timestamptz, b bytea, j jsonb, a int[], f float8, iv interval, doc text)",
+    " ts timestamptz, b bytea, j jsonb, a int[], f float8, iv interval, doc text,"
+    " twice numeric GENERATED ALWAYS AS (n * 2) STORED)",
     "ALTER TABLE items ALTER COLUMN doc SET STORAGE EXTERNAL",
     "CREATE TABLE events (kind text, n int, payload jsonb)",
     "ALTER TABLE events REPLICA IDENTITY FULL",
@@ -169,6 +170,12 @@ def test_baseline_into_lake_and_postgres_then_apply_reaches_the_source(
     assert pq.read_table(lake_written["location"]).num_rows == first["rows"] >= 2900
     assert first["partitions"] > 1
     assert replica.execute("SELECT count(*) FROM items") == [(first["rows"],)]
+    # the source's enum and domain, and the generated column computed by the replica
+    replica_types = replica.execute(
+        "SELECT attname::text, format_type(atttypid, atttypmod), attgenerated::text FROM pg_attribute"
+        " WHERE attrelid = 'items'::regclass AND attname IN ('m', 'd', 'twice') ORDER BY attnum"
+    )
+    assert replica_types == [("m", "mood", ""), ("d", "posint", ""), ("twice", "numeric", "s")]
     destination = PostgresDestination(replica.conninfo, name="replica")
     items = TableRef("public", "items")
     assert (destination.lineage(items), destination.watermark(items)) == (first["lineage"], None)
@@ -176,6 +183,7 @@ def test_baseline_into_lake_and_postgres_then_apply_reaches_the_source(
     out, err = capfd.readouterr()
     log = "\n".join([out, err, caplog.text])
     assert re.search(r"public\.items: [\d,]+ rows read and written in .* copied into pgsync\.baseline_v", log)
+    assert re.search(r"generated column\(s\) twice are not sent .* left out of lake .* in replica", log)
     submit = [line for line in log.splitlines() if "Spark-Submit cmd" in line]
     assert submit and dev_password() not in log, "the replica's password reached the log"
 
