@@ -15,8 +15,9 @@ Spark types of the table's base, so:
 
 PostgreSQL's ``infinity``/``-infinity`` dates and timestamps become the ends of Spark's range
 (9999-12-31 23:59:59.999999 and 0001-01-01 00:00:00), as the baseline does (``typemap.spark``);
-values Spark's types cannot hold (years before 1 or after 9999, NaN in a decimal, too many
-digits) raise ``DestinationError`` naming the column and the value.
+dates and timestamps before the year 1 or after 9999 keep their exact value (``lake_eras``), as
+the baseline's do; values Spark's types cannot hold (NaN in a decimal, too many digits) raise
+``DestinationError`` naming the column and the value.
 """
 
 # Hand-written on purpose: no maintained library parses PostgreSQL's text output of arrays,
@@ -29,13 +30,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pgsync.destinations.lake_eras import (
+    PLACEHOLDER_DATE,
+    epoch_days,
+    epoch_micros,
+    far_years,
+)
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
 
 # ---- Spark types --------------------------------------------------------------------------------
@@ -138,10 +144,6 @@ _SHOWN_CHARS = 60
 _TYPE_REMEDY = (
     "the lake table's type no longer matches the source column: rebaseline the table "
     "(after fixing the source column if its values are wrong)"
-)
-_RANGE_REMEDY = (
-    "Spark's dates and timestamps span the years 1 to 9999: correct the value at the source, "
-    "or give the column a type the lake keeps as a string, then rebaseline the table"
 )
 _HEX_REMEDY = "set bytea_output = 'hex' for the source database (the default) and rebaseline the table"
 
@@ -315,32 +317,64 @@ _FIRST_TIMESTAMP = "0001-01-01 00:00:00"
 _WITH_OFFSET = r"^(?P<local>\d+-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?P<offset>[+-]\d\d(?::\d\d){0,2})$"
 
 
-def _check_era(text: pa.Array, what: str, kind: str) -> None:
-    """Years before 1 (``... BC``) and after 9999 are outside Spark's range."""
-    before = pc.ends_with(text, " BC")
-    _raise_first(text, before, what, f"is before the year 1, which Spark's {kind} cannot hold", _RANGE_REMEDY)
-    after = pc.match_substring_regex(text, r"^\d{5}")
-    _raise_first(
-        text, after, what, f"is after the year 9999, which Spark's {kind} cannot hold", _RANGE_REMEDY
+def _to_date(text: pa.Array, what: str) -> pa.Array:
+    text = _replace_exact(text, {"infinity": "9999-12-31", "-infinity": "0001-01-01"})
+    return _with_far_years(
+        text, pa.date32(), what, epoch_days, PLACEHOLDER_DATE, lambda near: _cast(near, pa.date32(), what)
     )
 
 
-def _to_date(text: pa.Array, what: str) -> pa.Array:
-    _check_era(text, what, "date")
-    text = _replace_exact(text, {"infinity": "9999-12-31", "-infinity": "0001-01-01"})
-    return _cast(text, pa.date32(), what)
-
-
 def _to_timestamp(text: pa.Array, target: pa.DataType, what: str) -> pa.Array:
-    _check_era(text, what, _spark_name(target))
     if target.tz is None:
         text = _replace_exact(text, {"infinity": _LAST_TIMESTAMP, "-infinity": _FIRST_TIMESTAMP})
-        return _cast(text, target, what)
+        return _with_far_years(
+            text,
+            target,
+            what,
+            lambda value: epoch_micros(value, with_offset=False),
+            PLACEHOLDER_DATE + " 00:00:00",
+            lambda near: _cast(near, target, what),
+        )
     text = _replace_exact(text, {"infinity": _LAST_TIMESTAMP + "+00", "-infinity": _FIRST_TIMESTAMP + "+00"})
     problem = "cannot be read as a PostgreSQL timestamp with time zone"
-    instants = _vectorised(text, _instants, what, problem, _TYPE_REMEDY)
-    _check_instant_range(text, instants, what)
-    return pc.cast(instants, target)
+
+    def instants(near: pa.Array) -> pa.Array:
+        return pc.cast(_vectorised(near, _instants, what, problem, _TYPE_REMEDY), target)
+
+    return _with_far_years(
+        text,
+        target,
+        what,
+        lambda value: epoch_micros(value, with_offset=True),
+        PLACEHOLDER_DATE + " 00:00:00+00",
+        instants,
+    )
+
+
+def _with_far_years(
+    text: pa.Array,
+    target: pa.DataType,
+    what: str,
+    read_far: Callable[[str], int],
+    placeholder: str,
+    convert: Callable[[pa.Array], pa.Array],
+) -> pa.Array:
+    """``convert(text)``, with values before the year 1 or after 9999 read one by one by
+    ``read_far`` (days or microseconds since 1970), as the baseline keeps them (``lake_eras``)."""
+    far = far_years(text)
+    if not pc.any(far).as_py():
+        return convert(text)
+    near = convert(pc.if_else(far, placeholder, text))
+    values: list[int | None] = []
+    for value, is_far in zip(text.to_pylist(), far.to_pylist(), strict=True):
+        try:
+            values.append(read_far(value) if is_far else None)
+        except ValueError:
+            raise _value_error(
+                what, value, f"cannot be read as Spark's {_spark_name(target)}", _TYPE_REMEDY
+            ) from None
+    storage = pa.int32() if pa.types.is_date32(target) else pa.int64()
+    return pc.if_else(far, pa.array(values, storage).cast(target), near)
 
 
 def _instants(text: pa.Array) -> pa.Array:
@@ -364,15 +398,6 @@ def _instants(text: pa.Array) -> pa.Array:
 
 def _int_slice(text: pa.Array, start: int, stop: int) -> pa.Array:
     return pc.cast(pc.utf8_slice_codeunits(text, start, stop), pa.int64())
-
-
-def _check_instant_range(text: pa.Array, instants: pa.Array, what: str) -> None:
-    """An offset can move an instant of year 1 or 9999 out of Spark's range."""
-    first = pa.scalar(datetime(1, 1, 1), _LOCAL_TIMESTAMP)
-    last = pa.scalar(datetime(9999, 12, 31, 23, 59, 59, 999999), _LOCAL_TIMESTAMP)
-    outside = pc.or_(pc.less(instants, first), pc.greater(instants, last))
-    problem = "is outside the range of Spark's timestamp (0001-01-01 to 9999-12-31 UTC)"
-    _raise_first(text, outside, what, problem, _RANGE_REMEDY)
 
 
 # ---- arrays, composites and hstore --------------------------------------------------------------

@@ -38,6 +38,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.source.row_condition import Condition
+from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
 from airflow_provider_pgsync.state.model import (
     Errored,
     PipelineState,
@@ -289,10 +290,8 @@ class PgBaselineOperator(BaseOperator):
             # writes what it read: never cut by a low database or role default
             "SET LOCAL statement_timeout = 0",
             "SET LOCAL idle_in_transaction_session_timeout = 0",
-            "SET LOCAL TimeZone = 'UTC'",
-            "SET LOCAL DateStyle = 'ISO'",
-            "SET LOCAL IntervalStyle = 'postgres'",
-            "SET LOCAL client_encoding = 'UTF8'",
+            # the text settings of capture's peek, so a value read as text is pgoutput's text
+            *TEXT_OUTPUT,
         )
         fast = arrow_reads(reads) if self.copy_path == "auto" else None
         arrow_query = base_query(table, fast, condition).as_string(conn) if fast else ""

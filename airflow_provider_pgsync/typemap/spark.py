@@ -21,13 +21,18 @@ Mapping, lossless unless noted:
   that are composites without numerics become structs, and any other element is its
   PostgreSQL text (``array<string>``). A value with other dimensions than declared fails
   the job rather than becoming NULL.
-- composites: ``struct<...>`` through ``to_json`` (fields mapped like array elements; a
-  timestamp field keeps its JSON text, e.g. ``2024-01-01T10:00:00+00:00``); a composite
-  holding a numeric anywhere is its PostgreSQL text instead (JSON numbers would lose digits).
-  hstore: ``map<string,string>``.
+- composites: ``struct<...>`` through JSON built field by field (``json_select``; fields
+  mapped like array elements, a date, timestamp, xml or json field is its text output, e.g.
+  ``2024-01-01 10:00:00+00``); a composite holding a numeric anywhere is its PostgreSQL text
+  instead (JSON numbers would lose digits). hstore: ``map<string,string>``.
 - domains: the mapping of their base type. Enums, uuid, json, jsonb, inet, cidr, macaddr,
-  money, bit, varbit, interval, time, timetz, char(n) (padded), varchar(n), text and every
-  other type: ``string``, PostgreSQL's text output (the documented mapping to string).
+  money, bit, varbit, interval, time, timetz, xml, ranges, char(n) (padded), varchar(n), text
+  and every other type: ``string``, PostgreSQL's text output (the documented mapping to string).
+
+One text per value: every string is the type's output function's text, which is what pgoutput
+sends for a change, so a row re-sent by capture reads as the baseline wrote it. A cast to text
+is that text except for the types of ``CAST_IS_NOT_OUTPUT`` (xml keeps its declaration, inet
+adds ``/32``), read through ``to_json`` instead.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def spark_read(name: str, pgtype: PgType) -> ColumnRead:
     if pgtype.kind == "a":
         return _array_read(name, pgtype)
     if pgtype.kind == "c" and not _holds_numeric(pgtype):
-        return ColumnRead(name, "to_json({col})::text", "json", _json_type(pgtype))
+        return ColumnRead(name, json_select("{col}", pgtype) + "::text", "json", _json_type(pgtype))
     if pgtype.base == "hstore":
         return ColumnRead(name, "to_json({col})::text", "json", "map<string,string>")
     if pgtype.base == "bpchar":  # a cast to text would drop char(n)'s padding
@@ -98,9 +103,22 @@ def spark_read(name: str, pgtype: PgType) -> ColumnRead:
         if pgtype.base == "timestamp":
             return ColumnRead(name, select, "timestamp_ntz_micros", "timestamp_ntz")
         return ColumnRead(name, select, "timestamp_micros", "timestamp")
-    if pgtype.base == "inet":  # inet's cast to text adds /32 to a host; abbrev() is its output
-        return ColumnRead(name, "abbrev({col})", "native", "string")
-    return ColumnRead(name, "{col}::text", "native", "string")
+    return ColumnRead(name, output_text("{col}", pgtype), "native", "string")
+
+
+# Types whose cast to text (pg_cast) is not their output function, which pgoutput sends:
+# inet adds /32 to a host, xml keeps its <?xml ...?> declaration, "char" keeps a raw byte
+# where its output escapes it (boolean and char(n) are read natively, never through a cast)
+CAST_IS_NOT_OUTPUT = frozenset({"bool", "bpchar", "char", "inet", "cidr", "xml"})
+
+
+def output_text(expr: str, pgtype: PgType) -> str:
+    """SQL for the text of value ``expr`` as its type's output function writes it (pgoutput's
+    text): a cast to text where that cast is the output function, else the JSON string that
+    ``to_json`` writes with the output function, unquoted (``#>> '{}'``)."""
+    if pgtype.base in CAST_IS_NOT_OUTPUT:
+        return "(to_json(" + expr + ") #>> '{{}}')"  # braces doubled: the template goes through sql.SQL
+    return f"{expr}::text"
 
 
 # The Arrow path (``baseline/arrow_copy.py``) reads values in their own PostgreSQL type over
@@ -193,14 +211,85 @@ def _array_read(name: str, pgtype: PgType) -> ColumnRead:
     element = pgtype.element
     if element is None:
         raise UnsupportedTypeError(f"array type {pgtype.name} of column {name!r} has no element type")
-    if element.base in _JSON_SCALARS or (element.kind == "c" and not _holds_numeric(element)):
+    if element.kind == "c" and not _holds_numeric(element):
+        return ColumnRead(name, json_select("{col}", pgtype) + "::text", "json", _json_type(pgtype))
+    if element.base in _JSON_SCALARS:
         return ColumnRead(name, "to_json({col})::text", "json", _json_type(pgtype))
     dims = max(pgtype.ndims, 1)
     # JSON strings are the elements' text output: char(n) keeps its padding, which a cast to
-    # text drops, and inet has no netmask added to a host, which its cast to text adds
-    if element.base in ("bpchar", "inet"):
+    # text drops, inet has no netmask added to a host and xml no declaration kept, which
+    # their casts to text do
+    if element.base in CAST_IS_NOT_OUTPUT:
         return ColumnRead(name, "to_json({col})::text", "json", "array<" * dims + "string" + ">" * dims)
     return ColumnRead(name, "to_json({col}::text[])::text", "json", "array<" * dims + "string" + ">" * dims)
+
+
+_MAX_BUILD_PAIRS = 50  # json_build_object takes at most 100 arguments
+
+
+def json_select(expr: str, pgtype: PgType, depth: int = 0) -> str:
+    """SQL for the JSON of value ``expr`` (a composite without numerics, an array, a scalar) as
+    the lake's Spark type reads it: numbers and booleans as JSON scalars, hstore as an object,
+    composites as objects, every other value as a JSON string of its output function's text.
+
+    ``to_json`` alone would write dates and timestamps in ISO 8601 with a ``T`` and embed json
+    values, where pgoutput sends their text output; so a composite is built field by field
+    (``json_build_object``) and a one-dimensional array of composites element by element.
+    """
+    if pgtype.kind == "c":
+        return _json_object(expr, pgtype, depth)
+    if pgtype.kind == "a":
+        return _json_array(expr, pgtype, depth)
+    if pgtype.base in _JSON_SCALARS or pgtype.base == "hstore" or pgtype.base in CAST_IS_NOT_OUTPUT:
+        return f"to_json({expr})"
+    return f"to_json({expr}::text)"
+
+
+def _json_object(expr: str, pgtype: PgType, depth: int) -> str:
+    if not pgtype.fields:
+        raise UnsupportedTypeError(f"composite type {pgtype.name} has no fields")
+    pairs = [
+        (_sql_text(name), json_select(f"({expr}).{_sql_name(name)}", t, depth)) for name, t in pgtype.fields
+    ]
+    if len(pairs) <= _MAX_BUILD_PAIRS:
+        built = "json_build_object(" + ", ".join(f"{k}, {v}" for k, v in pairs) + ")"
+    else:
+        rows = ", ".join(f"({k}, {v})" for k, v in pairs)
+        alias = f"pgsync_fields{depth}(pgsync_k, pgsync_v)"
+        # names and keys are quoted (_sql_name, _sql_text); no argument limit here
+        built = f"(SELECT json_object_agg(pgsync_k, pgsync_v) FROM (VALUES {rows}) AS {alias})"  # noqa: S608
+    # num_nulls sees the value as a whole: a composite whose fields are all NULL is not NULL
+    return f"CASE WHEN num_nulls({expr}) = 0 THEN {built} END"
+
+
+def _json_array(expr: str, pgtype: PgType, depth: int) -> str:
+    element = pgtype.element
+    if element is None:
+        raise UnsupportedTypeError(f"array type {pgtype.name} has no element type")
+    if element.kind == "c" and not _holds_numeric(element) and pgtype.ndims <= 1:
+        i = f"pgsync_i{depth}"
+        item = json_select(f"({expr})[{i}]", element, depth + 1)
+        # more dimensions than declared: to_json's nesting, which the Spark type then refuses
+        each = f"(SELECT json_agg({item} ORDER BY {i}) FROM generate_subscripts({expr}, 1) AS {i})"  # noqa: S608
+        return (
+            f"CASE WHEN cardinality({expr}) = 0 THEN '[]'::json WHEN array_ndims({expr}) > 1"
+            f" THEN to_json({expr}) ELSE {each} END"
+        )
+    if element.base in _JSON_SCALARS or element.base in CAST_IS_NOT_OUTPUT or element.kind == "c":
+        return f"to_json({expr})"
+    return f"to_json({expr}::text[])"
+
+
+def _sql_text(text: str) -> str:
+    """A string constant (``E''`` whatever standard_conforming_strings says), braces doubled
+    for the ``sql.SQL`` template the projection becomes."""
+    escaped = text.replace("\\", "\\\\").replace("'", "''")
+    return ("E'" + escaped + "'").replace("{", "{{").replace("}", "}}")
+
+
+def _sql_name(name: str) -> str:
+    """A quoted identifier, braces doubled for the ``sql.SQL`` template."""
+    return ('"' + name.replace('"', '""') + '"').replace("{", "{{").replace("}", "}}")
 
 
 def _holds_numeric(pgtype: PgType) -> bool:

@@ -17,6 +17,7 @@ from airflow_provider_pgsync.typemap.spark import (
     TIMESTAMP_MAX_MICROS,
     TIMESTAMP_MIN_MICROS,
     ColumnRead,
+    json_select,
     spark_read,
     spark_reads,
 )
@@ -159,9 +160,13 @@ def test_everything_else_is_string(name: str, base: str, kind: str) -> None:
     assert spark_read("v", PgType(name, base, kind)) == ColumnRead("v", "{col}::text", "native", "string")
 
 
-def test_inet_is_read_as_its_output() -> None:
-    # inet's cast to text would add the netmask of a host address (192.168.0.1/32)
-    assert spark_read("v", PgType("inet", "inet")) == ColumnRead("v", "abbrev({col})", "native", "string")
+@pytest.mark.parametrize("base", ["inet", "cidr", "xml", "char"])
+def test_types_whose_cast_is_not_their_output_are_read_through_to_json(base: str) -> None:
+    # inet's cast to text adds the netmask of a host address (192.168.0.1/32), xml's keeps the
+    # <?xml ...?> declaration the output function drops; to_json writes their output text
+    expected = ColumnRead("v", "(to_json({col}) #>> '{{}}')", "native", "string")
+    assert spark_read("v", PgType(base, base)) == expected
+    assert spark_read("v", PgType("a_domain", base)) == expected
 
 
 @pytest.mark.parametrize("name", ["character(3)", "bpchar", "code3"], ids=["char(n)", "bpchar", "domain"])
@@ -175,6 +180,11 @@ def test_char_is_read_as_is(name: str) -> None:
 
 def json_read(name: str, spark_type: str) -> ColumnRead:
     return ColumnRead(name, "to_json({col})::text", "json", spark_type)
+
+
+def built_read(name: str, t: PgType, spark_type: str) -> ColumnRead:
+    """A composite (or an array of them) built field by field (``json_select``)."""
+    return ColumnRead(name, json_select("{col}", t) + "::text", "json", spark_type)
 
 
 def text_array_read(name: str, ndims: int) -> ColumnRead:
@@ -250,15 +260,16 @@ def test_composite_struct_with_quoted_names() -> None:
         ("back`tick", PgType("boolean", "bool")),
         ("tags", array(TEXT, 1)),
     )
-    assert spark_read("c", t) == json_read(
-        "c", "struct<`id`:int,`Mixed Case`:string,`back``tick`:boolean,`tags`:array<string>>"
+    assert spark_read("c", t) == built_read(
+        "c", t, "struct<`id`:int,`Mixed Case`:string,`back``tick`:boolean,`tags`:array<string>>"
     )
 
 
 def test_nested_composite() -> None:
     inner = composite("point2", ("x", PgType("double precision", "float8")), ("y", PgType("real", "float4")))
     outer = composite("shape", ("name", TEXT), ("at", inner))
-    assert spark_read("s", outer) == json_read("s", "struct<`name`:string,`at`:struct<`x`:double,`y`:float>>")
+    spark_type = "struct<`name`:string,`at`:struct<`x`:double,`y`:float>>"
+    assert spark_read("s", outer) == built_read("s", outer, spark_type)
 
 
 def test_composite_fields_of_other_types_are_strings() -> None:
@@ -269,8 +280,8 @@ def test_composite_fields_of_other_types_are_strings() -> None:
         ("attrs", PgType("hstore", "hstore")),
         ("moods", array(PgType("mood", "public.mood", "e"), 1)),
     )
-    assert spark_read("e", t) == json_read(
-        "e", "struct<`at`:string,`code`:string,`attrs`:map<string,string>,`moods`:array<string>>"
+    assert spark_read("e", t) == built_read(
+        "e", t, "struct<`at`:string,`code`:string,`attrs`:map<string,string>,`moods`:array<string>>"
     )
 
 
@@ -317,8 +328,9 @@ def test_array_of_composites_without_numeric_is_array_of_struct() -> None:
         ("tags", array(TEXT, 1)),
         ("at", composite("pos", ("x", PgType("real", "float4")), ("ok", PgType("boolean", "bool")))),
     )
-    assert spark_read("items", array(item, 1)) == json_read(
+    assert spark_read("items", array(item, 1)) == built_read(
         "items",
+        array(item, 1),
         "array<struct<`sku`:string,`qty`:int,`weight`:double,`tags`:array<string>,"
         "`at`:struct<`x`:float,`ok`:boolean>>>",
     )
@@ -381,13 +393,13 @@ def test_numerics_never_travel_as_json_numbers(t: PgType) -> None:
         if numeric_inside(t):
             assert read == composite_text("c")
         else:
-            assert read.select == "to_json({col})::text" and read.spark_type.startswith("struct<")
+            assert read.select == json_select("{col}", t) + "::text" and read.spark_type.startswith("struct<")
     if t.kind == "a":
         assert t.element is not None
-        keeps_type = t.element.base in ("int4", "int8", "float8", "bool") or (
-            t.element.kind == "c" and not numeric_inside(t.element)
-        )
-        if keeps_type:
+        if t.element.kind == "c" and not numeric_inside(t.element):
+            assert read.select == json_select("{col}", t) + "::text"
+            assert read.spark_type.startswith("array<" * max(t.ndims, 1))
+        elif t.element.base in ("int4", "int8", "float8", "bool"):
             assert read.select == "to_json({col})::text"
             assert read.spark_type.startswith("array<" * max(t.ndims, 1))
         elif t.element.base == "bpchar":  # JSON strings keep the padding a text cast drops
