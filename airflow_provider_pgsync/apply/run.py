@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import touched_keys
-from airflow_provider_pgsync.baseline.handoff import not_visible
+from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
@@ -105,7 +105,12 @@ def apply_table(
                 for between in sorted(v for v in started if known < v <= version):
                     change = change.joined(started[between])
                 diff = diff_columns(versions.get(known, table_state.columns), columns, change)
-                answer = destination.change_schema(table, diff)
+                if isinstance(phase, SyncDone) and _seen_by_baseline(change, phase):
+                    # the baseline read the catalog after this DDL: it copied the new columns
+                    answer = SchemaAnswer.CONTINUE
+                    destination.open_table(table, columns, version)
+                else:
+                    answer = destination.change_schema(table, diff)
                 if answer is not SchemaAnswer.CONTINUE:
                     log.warning(
                         "%s in %s: %s; the destination answers %s",
@@ -175,6 +180,12 @@ def apply_table(
         )
         new_phase = Ready()
     return TableApplied(key, applied, in_base, watermark, new_phase)
+
+
+def _seen_by_baseline(change: SchemaChange, done: SyncDone) -> bool:
+    """Whether the baseline's snapshot saw every DDL transaction of ``change`` (none known: no)."""
+    seen = (visible_in_snapshot(x, done.xmin, done.xmax, done.xip) for x in change.xids)
+    return bool(change.xids) and all(seen)
 
 
 def _backfill_due(state: PipelineState, backfill: Backfill, destination: Destination) -> bool:

@@ -88,7 +88,8 @@ class ColumnBatcher:
 
     ``version_of`` is asked for the schema version of each Relation message (capture
     starts a new version when the columns changed); ``on_message`` gets each logical message
-    (the source's DDL trigger writes them), in stream order with the Relations. Transactions
+    (the source's DDL trigger writes them) and the xid of its transaction (widened as below),
+    in stream order with the Relations. Transactions
     whose commit LSN is below ``skip_before`` are durable already (a re-run after a crash)
     and are dropped.
 
@@ -106,7 +107,7 @@ class ColumnBatcher:
         *,
         skip_before: int = 0,
         xid_reference: int | None = None,
-        on_message: Callable[[LogicalMessage], None] | None = None,
+        on_message: Callable[[LogicalMessage, int], None] | None = None,
     ) -> None:
         self.version_of = version_of
         self.on_message = on_message
@@ -178,7 +179,7 @@ class ColumnBatcher:
         commit_ts = _prepend(carry.commit_ts, _be(buf, b_pos + 9, ">i8"))
         # a message of a transaction that is durable already (a re-run) was taken into account then
         done = commit_lsns[tix[rare]] < self.skip_before if self.skip_before else np.zeros(len(rare), bool)
-        relation_at, truncates = self._rare_messages(data, starts, ends, rare, depth, done)
+        relation_at, truncates = self._rare_messages(data, starts, ends, rare, depth, done, xids[tix[rare]])
 
         # position of each change inside its transaction, counting truncated tables too
         weights = is_change.astype(np.int64)
@@ -215,12 +216,14 @@ class ColumnBatcher:
         rare: np.ndarray,
         depth: np.ndarray,
         done: np.ndarray,
+        in_xids: np.ndarray,
     ) -> tuple[dict[int, list[tuple[int, TableVersion]]], list[tuple[int, Truncate]]]:
         """Relations (by relation id: where each takes effect) and truncates, read one by one;
-        logical messages go to ``on_message`` in stream order (unless ``done``)."""
+        logical messages go to ``on_message`` with their transaction's xid, in stream order
+        (unless ``done``)."""
         relation_at: dict[int, list[tuple[int, TableVersion]]] = {}
         truncates: list[tuple[int, Truncate]] = []
-        for index, was_done in zip(rare.tolist(), done.tolist(), strict=True):
+        for index, was_done, xid in zip(rare.tolist(), done.tolist(), in_xids.tolist(), strict=True):
             message = decode_message(data[starts[index] : ends[index]], in_stream=False)
             if isinstance(message, Relation):
                 tv = TableVersion.of(message, self.version_of(message))
@@ -231,7 +234,7 @@ class ColumnBatcher:
                 truncates.append((index, message))
             elif isinstance(message, LogicalMessage):
                 if self.on_message is not None and not was_done:
-                    self.on_message(message)
+                    self.on_message(message, int(xid))
             elif not isinstance(message, Type | Origin):  # pragma: no cover
                 raise _Fallback(f"unexpected {type(message).__name__}")
         return relation_at, truncates

@@ -145,7 +145,7 @@ class DecodeWriter:
             self.version_changes[version] = change
         return updated.schema_version
 
-    def on_message(self, message: LogicalMessage) -> None:
+    def on_message(self, message: LogicalMessage, xid: int) -> None:
         """Take a message of the source's DDL trigger into the state of its table."""
         if message.prefix == REWRITE_PREFIX:
             rewrite = parse_rewrite(message.content)
@@ -158,7 +158,7 @@ class DecodeWriter:
         current = self._table(key)
         if current is None:
             return  # a table of another pipeline
-        change = SchemaChange(facts.columns, self.rewrites.pop(facts.oid, 0), facts.using)
+        change = SchemaChange(facts.columns, self.rewrites.pop(facts.oid, 0), facts.using, xids=(xid,))
         if key in self.bootstrapped:
             # the catalog read when capture started may already hold this DDL: the columns
             # given to Relations before it are not proven

@@ -43,6 +43,10 @@ def change_replica_schema(
     if why:
         log.warning("replica table %s goes back to baseline: %s (%s)", table, diff.describe(), why)
         return SchemaAnswer.REBASELINE
+    have = _column_names(conn, table)
+    if have == {c.name for c in diff.new} and have != {c.name for c in diff.old}:
+        log.info("replica table %s has the new columns already: %s", table, diff.describe())
+        return SchemaAnswer.CONTINUE  # done by an earlier run whose next batch failed
     alter = sql.SQL("ALTER TABLE {} ").format(table.identifier)
     types = {c.attnum: sql.SQL(type_of(c)) for c in [*diff.added, *(new for _, new in diff.retyped)]}
     with conn.transaction():
@@ -74,3 +78,13 @@ def change_replica_schema(
             conn.execute(alter + sql.SQL("ALTER COLUMN {} DROP DEFAULT").format(name))
     log.info("replica table %s follows the source: %s", table, diff.describe())
     return SchemaAnswer.CONTINUE
+
+
+def _column_names(conn: psycopg.Connection[Any], table: TableRef) -> set[str]:
+    """The replica table's columns, generated ones left out (changes never carry them)."""
+    rows = conn.execute(
+        "SELECT attname::text FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass(%s)"
+        " AND attnum > 0 AND NOT attisdropped AND attgenerated = ''",
+        (table.identifier.as_string(conn),),
+    ).fetchall()
+    return {str(r[0]) for r in rows}

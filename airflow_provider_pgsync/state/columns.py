@@ -55,10 +55,14 @@ class SchemaChange:
     rewrite: int = 0
     using: bool = False
     unproven: str = ""
+    xids: tuple[int, ...] = ()
+    """The 64-bit xids of the DDL's transactions (a baseline whose snapshot saw them all copied
+    the new columns already)."""
 
     def __post_init__(self) -> None:
         if self.columns is not None:
             object.__setattr__(self, "columns", tuple(self.columns))
+        object.__setattr__(self, "xids", tuple(sorted(set(self.xids))))
         if self.rewrite < 0:
             raise StateError(f"schema change: rewrite reason {self.rewrite} is negative")
 
@@ -73,6 +77,7 @@ class SchemaChange:
             self.rewrite | later.rewrite,
             self.using or later.using,
             "; ".join(r for r in (self.unproven, later.unproven) if r),
+            (*self.xids, *later.xids),
         )
 
     def with_unproven(self, reason: str) -> SchemaChange:
@@ -80,14 +85,16 @@ class SchemaChange:
 
     def flags_json(self) -> dict[str, Any]:
         """The parts a schema version keeps (segment metadata): everything but the columns."""
-        return {"rewrite": self.rewrite, "using": self.using, "unproven": self.unproven}
+        flags = {"rewrite": self.rewrite, "using": self.using, "unproven": self.unproven}
+        return {**flags, "xids": list(self.xids)}
 
     @classmethod
     def from_flags(cls, data: dict[str, Any] | None) -> SchemaChange:
         if not data:
             return cls()
         rewrite, using = int(data.get("rewrite", 0)), bool(data.get("using", False))
-        return cls(None, rewrite, using, str(data.get("unproven", "")))
+        xids = tuple(int(x) for x in data.get("xids", ()))
+        return cls(None, rewrite, using, str(data.get("unproven", "")), xids)
 
 
 def column_json(c: ColumnInfo) -> list[Any]:

@@ -14,13 +14,16 @@ import pytest
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
+from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.columns import REWRITE_COLUMN, REWRITE_DEFAULT
 from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange
-from airflow_provider_pgsync.state.phases import Init, Ready
+from airflow_provider_pgsync.state.phases import DataSync, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.schema_diff import diff_columns
-from tests.apply.test_apply_postgres import _empty_baseline, apply_all, rows
+from airflow_provider_pgsync.state.store import update_state
+from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
 
@@ -166,3 +169,64 @@ def test_lake_continues_only_for_null_filled_additions(tmp_path: Path) -> None:
         answer((key, b, ColumnInfo("c", 25, -1, False))),  # identities unknown (no DDL trigger)
     ]
     assert rebaseline == [SchemaAnswer.REBASELINE] * len(rebaseline)
+
+
+def test_a_baseline_taken_after_the_ddl_is_not_changed_again(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    # b dropped and added again (the same Relation message), new values, then the replica is
+    # baselined before capture has seen any of it: its copy has the new b already; a change
+    # before the DDL whose xid is not below the snapshot's xmin puts the old version into the
+    # hand-off (as a writer running during the baseline does)
+    before = int(database.execute("SELECT pg_current_xact_id()::text::bigint")[0][0])
+    database.execute("UPDATE items SET a = a + 1 WHERE id = 50")
+    database.execute("ALTER TABLE items DROP COLUMN b")
+    database.execute("ALTER TABLE items ADD COLUMN b text")
+    database.execute("UPDATE items SET b = 'new' WHERE id <= 5")
+    update_state(items.store, items.name, lambda s: s.with_table_phase(ITEMS, Init()))
+    replica.execute("DELETE FROM pgsync.watermarks WHERE table_key = 'public.items'")
+    replica.execute("TRUNCATE items")
+    xmax, lsn = database.execute(
+        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
+    )[0]
+    # a snapshot that sees the DDL, with xmin at the change before it
+    done = SyncDone("00000003-00000002-1", LSN.parse(str(lsn)), before, int(str(xmax)))
+    update_state(items.store, items.name, lambda s: s.with_table_phase(ITEMS, DataSync()))
+    update_state(items.store, items.name, lambda s: s.with_table_phase(ITEMS, done))
+    with database.connect() as source:
+        copy_base(source, replica, ITEMS)
+    items.capture_until_idle()
+    assert apply_all(items, replica) == {ITEMS: Ready()}
+    assert rows(replica, ITEMS) == rows(database, ITEMS)
+    assert replica.execute("SELECT count(*) FROM items WHERE b = 'new'") == [(5,)]
+
+
+def test_a_replica_that_already_follows_answers_continue_again(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    database.execute("ALTER TABLE items RENAME COLUMN b TO b2")
+    database.execute("UPDATE items SET b2 = 'x' WHERE id = 1")
+    items.capture_until_idle()
+    destination = PostgresDestination(replica.conninfo, name="replica")
+    state = items.state()
+    try:
+        old, new = state.table(ITEMS).columns, state.table(ITEMS).columns
+        assert [c.name for c in new] == ["id", "a", "b2"]
+        renamed = (old[0], old[1], ColumnInfo("b", 25, -1, False, attnum=old[2].attnum))
+        diff = diff_columns(renamed, new, SchemaChange())
+        assert destination.change_schema(TableRef("public", "items"), diff) is SchemaAnswer.CONTINUE
+        # done twice (an apply retried after its batch failed): nothing left to do, Continue
+        assert destination.change_schema(TableRef("public", "items"), diff) is SchemaAnswer.CONTINUE
+    finally:
+        destination.close()
+    assert [
+        c
+        for (c,) in replica.execute(
+            "SELECT attname::text FROM pg_attribute WHERE attrelid = "
+            "'items'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        )
+    ] == [
+        "id",
+        "a",
+        "b2",
+    ]
