@@ -230,3 +230,4 @@ def test_a_replica_that_already_follows_answers_continue_again(
         "a",
         "b2",
     ]
+
