@@ -159,7 +159,8 @@ class DecodeWriter:
         if current is None:
             return  # a table of another pipeline
         # a rewrite's message comes first in the same transaction (table_rewrite fires before
-        # ddl_command_end); ALTER TABLE is the only command that rewrites a published table
+        # ddl_command_end); a typed table rewritten by ALTER TYPE gets no such message, but its
+        # Relation then shows another type without attnums: unproven, so back to baseline
         change = SchemaChange(facts.columns, self.rewrites.pop(facts.oid, 0), facts.using, xids=(xid,))
         if key in self.bootstrapped:
             # the catalog read when capture started may already hold this DDL: the columns
