@@ -15,16 +15,17 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import touched_keys
+from airflow_provider_pgsync.apply.schema_change import describe_change, schema_phase
 from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.state.model import Backfill, ColumnInfo, PipelineState, SegmentInfo, TableState
-from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
+from airflow_provider_pgsync.state.phases import Errored, Ready, SyncDone, TablePhase
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class TableApplied:
     phase: TablePhase
     backfilled: int | None = None
     """Rows of the table's pending backfill written in this run (None: none was due)."""
+    schema_change: str | None = None
+    """Why a change of the table's columns moved it (to Init or Errored) in this run; None: none did."""
 
 
 def apply_table(
@@ -50,6 +53,8 @@ def apply_table(
     *,
     batch_rows: int = 1_000_000,
     batch_bytes: int = 256 * 2**20,
+    on_schema_change: str = "rebaseline",
+    baseline_dag_id: str | None = None,
 ) -> TableApplied:
     """Hand ``destination`` every change of the table after its watermark, in batches of at
     most ``batch_rows`` changes and about ``batch_bytes``, cut between transactions (a
@@ -61,7 +66,9 @@ def apply_table(
     becomes Ready once capture has passed its ``baseline_lsn`` and every captured change is
     applied. A Ready table's pending backfill is merged into the destination at the same
     point (``apply/backfill.py``). A destination that refuses the changes or a schema change
-    it cannot take leaves the table Errored in it (or, for Rebaseline, back in Init); an
+    it cannot take leaves the table Errored in it; a Rebaseline answer sends it back to Init
+    (``on_schema_change`` ``rebaseline``) or Errored with no retry (``fail``), the remedy
+    naming ``baseline_dag_id`` (``apply/schema_change.py``); an
     Errored one that may be retried (``DestinationState.applying``) is tried again from its watermark
     and goes back to the phase it left when it succeeds. A destination that cannot be
     reached raises DestinationUnavailableError and nothing changes. Tables in other phases
@@ -93,9 +100,19 @@ def apply_table(
         for version, batch in _regroup(changes_read, batch_rows, batch_bytes):
             columns = versions[version]
             if known is not None and version != known:
-                answer = destination.schema_changed(table, versions.get(known, table_state.columns), columns)
-                if answer is not SchemaAnswer.CONTINUE:
-                    return TableApplied(key, applied, in_base, watermark, _schema_phase(table_state, answer))
+                old = versions.get(known, table_state.columns)
+                decision = schema_decision(destination.schema_changed(table, old, columns))
+                if decision.answer is not SchemaAnswer.CONTINUE:
+                    moved, reason = schema_phase(
+                        key,
+                        destination.name,
+                        decision,
+                        describe_change(old, columns),
+                        phase,
+                        on_schema_change=on_schema_change,
+                        baseline_dag_id=baseline_dag_id,
+                    )
+                    return TableApplied(key, applied, in_base, watermark, moved, schema_change=reason)
             known = version
             upto = _last_key(batch)
             changes = _after_baseline(batch, phase) if isinstance(phase, SyncDone) else batch
@@ -230,14 +247,3 @@ def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
         return batch
     return batch.filter(pa.array(newer))
 
-
-def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:
-    if answer is SchemaAnswer.REBASELINE:
-        return Init()
-    return Errored(
-        reason=f"table {table_state.key} changed its columns in a way its destination cannot follow",
-        solution=(
-            f"rebaseline {table_state.key} (or change the destination table by hand and run apply again)"
-        ),
-        retry="manual",
-    )

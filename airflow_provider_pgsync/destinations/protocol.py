@@ -12,7 +12,9 @@ Lifecycle of one table in one destination:
    names, values as PostgreSQL text), applied together with the watermark ``upto``: after
    it returns, ``watermark(table)`` is ``upto``; a failure applies none of the batch;
 4. ``schema_changed(table, old, new)`` when the table's columns change: ``Continue`` (the
-   destination adapted, e.g. added a nullable column), ``Rebaseline`` or ``Error``;
+   destination adapted, e.g. added a nullable column), ``Rebaseline`` or ``Error``, as a
+   ``SchemaAnswer`` or, with the destination's reason, ``SchemaAnswer.REBASELINE.because(...)``
+   (apply says what changed in either case);
 5. optionally ``backfill(table, columns, location, touched, upto)``: rows of the table re-read
    by a backfill and staged at ``location`` (for the lake, by the backfill's Spark job), written
    over the destination's rows except for the ``touched`` keys, with watermark ``upto``
@@ -30,6 +32,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -46,6 +49,27 @@ class SchemaAnswer(enum.Enum):
     CONTINUE = "Continue"
     REBASELINE = "Rebaseline"
     ERROR = "Error"
+
+    def because(self, reason: str) -> SchemaDecision:
+        """This answer with the destination's ``reason`` (e.g. why it cannot follow in place)."""
+        return SchemaDecision(self, reason)
+
+
+@dataclass(frozen=True)
+class SchemaDecision:
+    """A destination's ``answer`` to a change of a table's columns, with its ``reason`` ("" for none)."""
+
+    answer: SchemaAnswer
+    reason: str = ""
+
+
+def schema_decision(result: SchemaAnswer | SchemaDecision) -> SchemaDecision:
+    """What ``schema_changed`` returned as a ``SchemaDecision`` (a bare answer has no reason)."""
+    if isinstance(result, SchemaDecision):
+        return result
+    if isinstance(result, SchemaAnswer):
+        return SchemaDecision(result)
+    raise TypeError(f"schema_changed must return a SchemaAnswer or a SchemaDecision, not {result!r}")
 
 
 class Destination(ABC):
@@ -70,8 +94,9 @@ class Destination(ABC):
     @abstractmethod
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
-    ) -> SchemaAnswer:
-        """Adapt to the table's new columns if possible, and say how apply goes on."""
+    ) -> SchemaAnswer | SchemaDecision:
+        """Adapt to the table's new columns if possible, and say how apply goes on (a bare
+        ``SchemaAnswer``, or one with a reason: ``SchemaAnswer.REBASELINE.because("...")``)."""
 
     def backfill(
         self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key
