@@ -33,6 +33,7 @@ from airflow_provider_pgsync.dags import params as dag_params
 from airflow_provider_pgsync.dags import tasks
 from airflow_provider_pgsync.dags.assets import PgApplyAssetsOperator, destination_alias
 from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
+from airflow_provider_pgsync.errors import ApplyFailedError
 from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
@@ -237,27 +238,31 @@ def cdc_dag(config: PipelineConfig) -> DAG:
                 raise AirflowSkipException("no table went back to baseline anywhere: nothing to trigger")
             return [{"conf": conf} for conf in confs]
 
-        @task(task_id="outcome", trigger_rule="none_failed")
+        @task(task_id="outcome", trigger_rule="all_done")
         def outcome() -> None:
-            """Fail the run when apply sent a table back to baseline in a destination, naming each
-            with what changed and the rebaseline triggered (a failed apply fails this one too)."""
+            """Fail the run when apply sent a table back to baseline in a destination (naming each
+            with what changed and the rebaseline triggered) or did not succeed."""
             ti = get_current_context()["ti"]
             sent = ti.xcom_pull(task_ids="apply", key=REBASELINES_XCOM) or []
-            if not sent:
-                return
-            triggers = ti.xcom_pull(task_ids="rebaselines") or []
-            run_ids = ti.xcom_pull(
-                task_ids="trigger_rebaseline", key="trigger_run_id", map_indexes=list(range(len(triggers)))
-            )
-            confs = [t["conf"] for t in triggers]
-            raise rebaseline_error(config, baseline_id, sent, confs, list(run_ids or []))
+            applied = ti.xcom_pull(task_ids="apply") is not None  # its result: pushed on success only
+            if sent:
+                triggers = ti.xcom_pull(task_ids="rebaselines") or []
+                run_ids = ti.xcom_pull(
+                    task_ids="trigger_rebaseline", key="trigger_run_id", map_indexes=range(len(triggers))
+                )
+                confs = [t["conf"] for t in triggers]
+                raise rebaseline_error(config, baseline_id, sent, confs, list(run_ids or []), applied=applied)
+            if not applied:
+                raise ApplyFailedError(
+                    f"pipeline {config.name!r}: task apply of this run did not succeed (its error, or the "
+                    "error of capture before it, says why)"
+                )
 
         requests = rebaselines()
         trigger = TriggerDagRunOperator.partial(
             task_id="trigger_rebaseline", trigger_dag_id=baseline_id
         ).expand_kwargs(requests)
-        capture >> apply >> requests
-        [apply, trigger] >> outcome()
+        capture >> apply >> requests >> trigger >> outcome()
     return dag
 
 

@@ -42,29 +42,34 @@ def rebaseline_error(
     sent: Sequence[Mapping[str, str]],
     confs: Sequence[Mapping[str, Any]],
     run_ids: Sequence[str | None],
+    *,
+    applied: bool = True,
 ) -> SchemaRebaselineError:
     """The error that fails the cdc run after a schema change sent ``sent`` back to baseline and
-    the baseline DAG was triggered with ``confs`` (runs ``run_ids``, None where unknown)."""
-    run_of: dict[tuple[str, str], str] = {}
-    for conf, run_id in zip(confs, run_ids, strict=False):
+    the baseline DAG was triggered with ``confs`` (runs ``run_ids``; None: that trigger failed);
+    ``applied``: whether the apply task itself succeeded."""
+    run_of: dict[tuple[str, str], str | None] = {}
+    for i, conf in enumerate(confs):
         for table in conf["tables"]:
             for destination in conf["destinations"]:
-                run_of[(table, destination)] = f"run {run_id}" if run_id else "a run"
+                run_of[(table, destination)] = run_ids[i] if i < len(run_ids) else None
     lines = []
     for item in sent:
         table, destination = item["table"], item["destination"]
-        run = run_of.get((table, destination))
-        if run is not None:
-            then = f"rebaseline triggered: {baseline_dag_id} {run}"
+        remedy = (
+            f'trigger {baseline_dag_id} with tables=["{table}"], destinations=["{destination}"], '
+            "mode=rebaseline"
+        )
+        if (table, destination) not in run_of:
+            then = f"no rebaseline was triggered ({table} or {destination} is not in the config); {remedy}"
+        elif run_of[(table, destination)] is None:
+            then = f"its rebaseline could not be triggered (task trigger_rebaseline failed); {remedy}"
         else:
-            then = (
-                f"no rebaseline was triggered ({table} or {destination} is not in pipeline "
-                f"{config.name!r}'s config); trigger {baseline_dag_id} with tables=[\"{table}\"], "
-                f"destinations=[\"{destination}\"]"
-            )
+            then = f"rebaseline triggered: {baseline_dag_id} run {run_of[(table, destination)]}"
         lines.append(f"{item['reason']}; {then}")  # the reason names the table and the destination
+    failed = "" if applied else "; task apply failed too (its error names what else it could not apply)"
     return SchemaRebaselineError(
         f"pipeline {config.name!r}: a schema change sent {len(sent)} table destination(s) back to baseline "
-        "(the others keep streaming; each comes back to Ready at the first cdc run after its "
-        "rebaseline):\n" + "\n".join(f"  - {line}" for line in lines)
+        f"(the others keep streaming; each comes back to Ready at the first cdc run after its "
+        f"rebaseline){failed}:\n" + "\n".join(f"  - {line}" for line in lines)
     )

@@ -24,35 +24,10 @@ from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncD
 from airflow_provider_pgsync.state.store import update_state
 from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica
-from tests.dags.conftest import MakePipelineDags, PipelineDags, task_states
+from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
 
 TABLES = ["public.items", "public.other"]
-CDC_GREEN = {
-    "capture": "success",
-    "apply": "success",
-    "rebaselines": "skipped",
-    "trigger_rebaseline": "skipped",
-    "outcome": "success",
-}
-
-
-def triggered_baselines(pipeline: PipelineDags) -> list[tuple[str, dict[str, Any]]]:
-    """(run id, conf) of the baseline DAG's runs other DAGs triggered, oldest first."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-
-    dag_id = f"pgsync_{pipeline.config.name}_baseline"
-    with create_session() as session:
-        runs = (
-            session.query(DagRun)
-            .filter(DagRun.dag_id == dag_id, DagRun.run_type == "operator_triggered")
-            .order_by(DagRun.id)
-            .all()
-        )
-        return [(r.run_id, dict(r.conf or {})) for r in runs]
-
-
 def _pipeline(
     database: Database, make_pipeline_dags: MakePipelineDags, module: str, path: Path, **values: Any
 ) -> PipelineDags:
@@ -201,7 +176,7 @@ def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothi
     assert str(cdc.state) == "failed"
     assert task_states(cdc) == {
         "capture": "success", "apply": "failed", "rebaselines": "skipped",
-        "trigger_rebaseline": "skipped", "outcome": "upstream_failed",
+        "trigger_rebaseline": "skipped", "outcome": "failed",
     }, task_states(cdc)  # fmt: skip
     assert triggered_baselines(pipeline) == before, "fail triggers nothing"
     state = pipeline.state()
