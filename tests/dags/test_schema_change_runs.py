@@ -28,6 +28,8 @@ from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
 
 TABLES = ["public.items", "public.other"]
+
+
 def _pipeline(
     database: Database, make_pipeline_dags: MakePipelineDags, module: str, path: Path, **values: Any
 ) -> PipelineDags:
@@ -155,6 +157,53 @@ def test_rebaseline_fails_the_run_naming_the_change_and_triggers_exactly_that_re
 
 
 @pytest.mark.slow
+def test_the_rebaseline_is_triggered_also_when_apply_fails_for_another_table(
+    database: Database,
+    make_replica: MakeReplica,
+    make_pipeline_dags: MakePipelineDags,
+    example_module: str,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    replica = make_replica("replica")
+    pipeline = _pipeline(database, make_pipeline_dags, example_module, tmp_path / "dest.sqlite")
+    name = pipeline.config.name
+    before = triggered_baselines(pipeline)
+    replica.execute("ALTER TABLE other ADD CONSTRAINT no_bad CHECK (v <> 'bad')")  # refuses one value
+    capsys.readouterr()
+
+    _retype(database)
+    database.execute("UPDATE other SET v = 'bad' WHERE id = 2")
+    cdc = pipeline.run("cdc")
+
+    assert str(cdc.state) == "failed"
+    assert task_states(cdc) == {
+        "capture": "success", "apply": "failed", "rebaselines": "success",
+        "trigger_rebaseline[0]": "success", "outcome": "failed",
+    }, task_states(cdc)  # fmt: skip
+    assert _phases(pipeline) == {
+        ("public.items", "sqlite"): "Init",
+        ("public.items", "replica"): "Init",
+        ("public.other", "sqlite"): "Ready",
+        ("public.other", "replica"): "Errored",
+    }
+    runs = triggered_baselines(pipeline)
+    assert len(runs) == len(before) + 1, runs
+    run_id, conf = runs[-1]
+    assert conf == {"tables": ["public.items"], "destinations": ["sqlite", "replica"], "mode": "rebaseline"}
+    printed = capsys.readouterr().out
+    # apply's error tells the whole story; outcome's adds the run triggered
+    assert "table public.other in destination replica is Errored" in printed and "no_bad" in printed
+    assert (
+        "table public.items in destination replica went back to Init: table public.items changed its columns "
+        "(column b changed type from integer to text); destination replica cannot follow it without a "
+        "rebaseline; a task after this one triggers its rebaseline"
+    ) in printed
+    assert "task apply failed too" in printed
+    assert f"rebaseline triggered: pgsync_{name}_baseline run {run_id}" in printed
+
+
+@pytest.mark.slow
 def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothing(
     database: Database,
     make_replica: MakeReplica,
@@ -186,7 +235,7 @@ def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothi
         assert phase.retry == "none"
         assert "column b changed type from integer to text" in phase.reason
         assert (
-            f'rebaseline public.items in {destination}: trigger pgsync_{name}_baseline with '
+            f"rebaseline public.items in {destination}: trigger pgsync_{name}_baseline with "
             f'tables=["public.items"], destinations=["{destination}"], mode=rebaseline'
         ) == phase.solution
     assert {state.table("public.other").destination(d).phase for d in ("sqlite", "replica")} == {Ready()}
@@ -194,6 +243,7 @@ def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothi
     printed = capsys.readouterr().out
     assert "ApplyFailedError" in printed and "column b changed type from integer to text" in printed
     assert f"trigger pgsync_{name}_baseline with" in printed
+    assert "task apply of this run did not succeed" in printed  # outcome fails with it
 
     # as long as a destination is Errored, every cdc run fails (the other table streams on)
     database.execute("UPDATE other SET v = 'again' WHERE id = 1")
