@@ -246,4 +246,3 @@ def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
     if newer.all():  # the common case once the snapshot's transactions are behind
         return batch
     return batch.filter(pa.array(newer))
-
