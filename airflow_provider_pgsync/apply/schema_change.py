@@ -52,16 +52,23 @@ def type_text(type_oid: int, type_modifier: int = -1) -> str:
 
 
 def describe_change(old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]) -> str:
-    """What changed between two column lists of a table, in words: columns added, dropped and
-    re-typed, the key, the order (e.g. ``column b changed type from integer to text``)."""
+    """What changed between two column lists of a table, in words: columns added, dropped,
+    renamed (same ``attnum``, when the columns carry it) and re-typed, the key, the order (e.g.
+    ``column b changed type from integer to text``)."""
     before = {c.name: c for c in old}
     after = {c.name: c for c in new}
+    added_at = {_attnum(c): c for c in new if c.name not in before and _attnum(c)}
+    renamed = {c.name: added_at[_attnum(c)] for c in old if c.name not in after and _attnum(c) in added_at}
+    targets = {c.name for c in renamed.values()}
     found = []
     for column in old:
-        if column.name not in after:
+        if column.name in renamed:
+            found.append(f"column {column.name} renamed to {renamed[column.name].name}")
+        elif column.name not in after:
             found.append(f"column {column.name} ({type_text(column.type_oid, column.type_modifier)}) dropped")
-    for column in new:
-        was = before.get(column.name)
+    pairs = [(before.get(c.name), c) for c in new if c.name not in targets]
+    pairs += [(was, now) for was, now in ((before[n], c) for n, c in renamed.items())]
+    for was, column in pairs:
         now = type_text(column.type_oid, column.type_modifier)
         if was is None:
             found.append(f"column {column.name} ({now}) added")
@@ -75,6 +82,12 @@ def describe_change(old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]) -> str
     if not found and [c.name for c in old] != [c.name for c in new]:
         found.append(f"column order changed from ({', '.join(before)}) to ({', '.join(after)})")
     return "; ".join(found) or "the columns' description changed"
+
+
+def _attnum(column: ColumnInfo) -> int | None:
+    """The column's number in the table (``pg_attribute.attnum``) if the column carries it."""
+    number = getattr(column, "attnum", None)
+    return number if isinstance(number, int) and number > 0 else None
 
 
 def rebaseline_remedy(table: str, destination: str, baseline_dag_id: str | None) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, cast
+
 import pytest
 
 from airflow_provider_pgsync.apply.schema_change import (
@@ -55,6 +58,37 @@ def test_describe_change_says_what_changed() -> None:
     assert (
         several
         == "column b (integer) dropped; column id changed type from integer to bigint; column c (text) added"
+    )
+
+
+@dataclass(frozen=True)
+class _Numbered:
+    """A column with its ``attnum`` (as ColumnInfo will carry it)."""
+
+    name: str
+    type_oid: int
+    type_modifier: int
+    is_key: bool
+    attnum: int = 0
+
+
+def test_a_column_with_the_same_attnum_under_a_new_name_is_described_as_renamed() -> None:
+    old = [_Numbered("id", 23, -1, True, 1), _Numbered("b", 23, -1, False, 2)]
+    renamed = [_Numbered("id", 23, -1, True, 1), _Numbered("b_renamed", 23, -1, False, 2)]
+    assert describe_change(cast(Any, old), cast(Any, renamed)) == "column b renamed to b_renamed"
+    retyped = [_Numbered("id", 23, -1, True, 1), _Numbered("c", 25, -1, False, 2)]
+    assert describe_change(cast(Any, old), cast(Any, retyped)) == (
+        "column b renamed to c; column c changed type from integer to text"
+    )
+    replaced = [_Numbered("id", 23, -1, True, 1), _Numbered("c", 23, -1, False, 3)]  # dropped + added
+    assert (
+        describe_change(cast(Any, old), cast(Any, replaced))
+        == "column b (integer) dropped; column c (integer) added"
+    )
+    before = [_Numbered("id", 23, -1, True), _Numbered("b", 23, -1, False)]
+    unknown = [_Numbered("id", 23, -1, True), _Numbered("c", 23, -1, False)]  # no attnum: not a rename
+    assert describe_change(cast(Any, before), cast(Any, unknown)) == (
+        "column b (integer) dropped; column c (integer) added"
     )
 
 
