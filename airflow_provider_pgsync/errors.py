@@ -190,6 +190,11 @@ class ApplyFailedError(PgSyncError):
     """Apply ended with tables Errored in some destination: lists each with reason and remedy."""
 
 
+class SchemaRebaselineError(PgSyncError):
+    """A change of a table's columns sent destinations back to baseline: names each table,
+    destination and change, and the rebaseline triggered (or how to trigger it)."""
+
+
 class TableErroredError(StateError):
     """A table a sensor waits for is Errored: names the table, the reason and the remedy."""
 

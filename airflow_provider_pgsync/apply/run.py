@@ -15,13 +15,14 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import touched_keys
+from airflow_provider_pgsync.apply.schema_change import schema_phase, type_text
 from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.state.model import (
     Backfill,
@@ -31,7 +32,7 @@ from airflow_provider_pgsync.state.model import (
     SegmentInfo,
     TableState,
 )
-from airflow_provider_pgsync.state.phases import Errored, Init, Ready, SyncDone, TablePhase
+from airflow_provider_pgsync.state.phases import Errored, Ready, SyncDone, TablePhase
 from airflow_provider_pgsync.state.schema_diff import diff_columns
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ class TableApplied:
     phase: TablePhase
     backfilled: int | None = None
     """Rows of the table's pending backfill written in this run (None: none was due)."""
+    schema_change: str | None = None
+    """Why a change of the table's columns moved it (to Init or Errored) in this run; None: none did."""
 
 
 def apply_table(
@@ -58,6 +61,8 @@ def apply_table(
     *,
     batch_rows: int = 1_000_000,
     batch_bytes: int = 256 * 2**20,
+    on_schema_change: str = "rebaseline",
+    baseline_dag_id: str | None = None,
 ) -> TableApplied:
     """Hand ``destination`` every change of the table after its watermark, in batches of at
     most ``batch_rows`` changes and about ``batch_bytes``, cut between transactions (a
@@ -69,7 +74,9 @@ def apply_table(
     becomes Ready once capture has passed its ``baseline_lsn`` and every captured change is
     applied. A Ready table's pending backfill is merged into the destination at the same
     point (``apply/backfill.py``). A destination that refuses the changes or a schema change
-    it cannot take leaves the table Errored in it (or, for Rebaseline, back in Init); an
+    it cannot take leaves the table Errored in it; a Rebaseline answer sends it back to Init
+    (``on_schema_change`` ``rebaseline``) or Errored with no retry (``fail``), the remedy
+    naming ``baseline_dag_id`` (``apply/schema_change.py``); an
     Errored one that may be retried (``DestinationState.applying``) is tried again from its watermark
     and goes back to the phase it left when it succeeds. A destination that cannot be
     reached raises DestinationUnavailableError and nothing changes. Tables in other phases
@@ -107,19 +114,22 @@ def apply_table(
                 diff = diff_columns(versions.get(known, table_state.columns), columns, change)
                 if isinstance(phase, SyncDone) and _seen_by_baseline(change, phase):
                     # the baseline read the catalog after this DDL: it copied the new columns
-                    answer = SchemaAnswer.CONTINUE
+                    decision = schema_decision(SchemaAnswer.CONTINUE)
                     destination.open_table(table, columns, version)
                 else:
-                    answer = destination.change_schema(table, diff)
-                if answer is not SchemaAnswer.CONTINUE:
-                    log.warning(
-                        "%s in %s: %s; the destination answers %s",
+                    decision = schema_decision(destination.change_schema(table, diff))
+                if decision.answer is not SchemaAnswer.CONTINUE:
+                    moved, reason = schema_phase(
                         key,
                         destination.name,
-                        diff.describe(),
-                        answer.value,
+                        decision,
+                        diff.describe(type_text),
+                        phase,
+                        on_schema_change=on_schema_change,
+                        baseline_dag_id=baseline_dag_id,
                     )
-                    return TableApplied(key, applied, in_base, watermark, _schema_phase(table_state, answer))
+                    log.warning("%s in %s: %s", key, destination.name, reason)
+                    return TableApplied(key, applied, in_base, watermark, moved, schema_change=reason)
             known = version
             upto = _last_key(batch)
             changes = _after_baseline(batch, phase) if isinstance(phase, SyncDone) else batch
@@ -265,15 +275,3 @@ def _after_baseline(batch: pa.RecordBatch, done: SyncDone) -> pa.RecordBatch:
     if newer.all():  # the common case once the snapshot's transactions are behind
         return batch
     return batch.filter(pa.array(newer))
-
-
-def _schema_phase(table_state: TableState, answer: SchemaAnswer) -> TablePhase:
-    if answer is SchemaAnswer.REBASELINE:
-        return Init()
-    return Errored(
-        reason=f"table {table_state.key} changed its columns in a way its destination cannot follow",
-        solution=(
-            f"rebaseline {table_state.key} (or change the destination table by hand and run apply again)"
-        ),
-        retry="manual",
-    )

@@ -8,7 +8,9 @@ Per pipeline ``<name>``:
   mapped ``PgBaselineOperator`` (mode rebaseline) or ``PgBackfillOperator`` (mode backfill)
   task per chosen table;
 - ``pgsync_<name>_cdc`` (the config's cdc schedule): capture, then apply into every destination,
-  emitting an asset event per destination table that changed;
+  emitting an asset event per destination table that changed; then, when a schema change sent
+  a table back to baseline in a destination (``on_schema_change: rebaseline``), triggers the
+  baseline DAG for exactly those and fails the run naming them (task ``outcome``);
 - ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
   ``PgCompactOperator`` per lake destination;
 - ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state.
@@ -30,6 +32,9 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_provider_pgsync.dags import params as dag_params
 from airflow_provider_pgsync.dags import tasks
 from airflow_provider_pgsync.dags.assets import PgApplyAssetsOperator, destination_alias
+from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
+from airflow_provider_pgsync.errors import ApplyFailedError
+from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
@@ -191,7 +196,9 @@ def baseline_dag(config: PipelineConfig) -> DAG:
 
 
 def cdc_dag(config: PipelineConfig) -> DAG:
-    """Capture one bounded batch, then apply it into every destination."""
+    """Capture one bounded batch, then apply it into every destination; trigger the rebaselines
+    a schema change needs (``on_schema_change: rebaseline``) and fail the run naming them."""
+    baseline_id = dag_id(config.name, "baseline")
     doc = (
         f"### pgsync pipeline `{config.name}`: change data capture\n\n"
         f"Schedule `{config.schedules.cdc}`. `capture` peeks a bounded batch from slot "
@@ -200,16 +207,62 @@ def cdc_dag(config: PipelineConfig) -> DAG:
         f"table with applied changes (`pgsync://{config.name}/<destination>/<schema>.<table>`, "
         "through the asset alias `pgsync_<pipeline>_<destination>`).\n\n"
         "Each destination has its own phase per table: one that fails stops alone, and `apply` "
-        "fails at its end naming every table Errored in a destination (so alerting fires)."
+        "fails at its end naming every table Errored in a destination (so alerting fires).\n\n"
+        f"`on_schema_change: {config.on_schema_change}`: a destination that can follow a change of a "
+        "table's columns only by a rebaseline "
+        + (
+            f"goes back to Init for that table alone; `trigger_rebaseline` triggers `{baseline_id}` "
+            "for exactly those tables and destinations, and `outcome` fails the run naming each "
+            "table, destination, what changed and the run triggered."
+            if config.on_schema_change == "rebaseline"
+            else "goes Errored for that table alone and `apply` fails naming it and the rebaseline to "
+            f"trigger (`{baseline_id}`); nothing is triggered."
+        )
     )
     with _dag(config, "cdc", doc, schedule=config.schedules.cdc, max_active_runs=1) as dag:
         capture = PgCaptureOperator(task_id="capture", **config.capture_kwargs())
         apply = PgApplyAssetsOperator(
             task_id="apply",
             outlets=[destination_alias(config.name, d.name) for d in config.destinations],
+            baseline_dag_id=baseline_id,
+            fail_on_rebaseline=False,  # `outcome` fails the run, after the rebaseline is triggered
             **config.apply_kwargs(),
         )
-        capture >> apply
+
+        @task(task_id="rebaselines", trigger_rule="all_done")  # also after a failed apply
+        def rebaselines() -> list[dict[str, Any]]:
+            """The baseline DAG runs to trigger for what apply sent back to baseline; skips if none."""
+            sent = get_current_context()["ti"].xcom_pull(task_ids="apply", key=REBASELINES_XCOM) or []
+            confs = rebaseline_confs(config, sent)
+            if not confs:
+                raise AirflowSkipException("no table went back to baseline anywhere: nothing to trigger")
+            return [{"conf": conf} for conf in confs]
+
+        @task(task_id="outcome", trigger_rule="all_done")
+        def outcome() -> None:
+            """Fail the run when apply sent a table back to baseline in a destination (naming each
+            with what changed and the rebaseline triggered) or did not succeed."""
+            ti = get_current_context()["ti"]
+            sent = ti.xcom_pull(task_ids="apply", key=REBASELINES_XCOM) or []
+            applied = ti.xcom_pull(task_ids="apply") is not None  # its result: pushed on success only
+            if sent:
+                triggers = ti.xcom_pull(task_ids="rebaselines") or []
+                run_ids = ti.xcom_pull(
+                    task_ids="trigger_rebaseline", key="trigger_run_id", map_indexes=range(len(triggers))
+                )
+                confs = [t["conf"] for t in triggers]
+                raise rebaseline_error(config, baseline_id, sent, confs, list(run_ids or []), applied=applied)
+            if not applied:
+                raise ApplyFailedError(
+                    f"pipeline {config.name!r}: task apply of this run did not succeed (its error, or the "
+                    "error of capture before it, says why)"
+                )
+
+        requests = rebaselines()
+        trigger = TriggerDagRunOperator.partial(
+            task_id="trigger_rebaseline", trigger_dag_id=baseline_id
+        ).expand_kwargs(requests)
+        capture >> apply >> requests >> trigger >> outcome()
     return dag
 
 

@@ -14,9 +14,11 @@ Lifecycle of one table in one destination:
 4. ``change_schema(table, diff)`` when the table's columns change (``state/schema_diff.py``:
    old and new columns matched by attnum, so renames, drops and additions are told apart, and
    what older rows hold in an added column): ``Continue`` (the destination adapted exactly),
-   ``Rebaseline`` or ``Error``. Its default asks the older ``schema_changed(table, old, new)``
-   only about columns added (NULL in older rows) or dropped, and answers Rebaseline to
-   anything else, so a destination written before never turns a rename into a drop and add;
+   ``Rebaseline`` or ``Error``, as a ``SchemaAnswer`` or, with the destination's reason,
+   ``SchemaAnswer.REBASELINE.because(...)`` (apply says what changed in either case). Its
+   default asks the older ``schema_changed(table, old, new)`` only about columns added (NULL
+   in older rows) or dropped, and answers Rebaseline to anything else, so a destination
+   written before never turns a rename into a drop and add;
 5. optionally ``backfill(table, columns, location, touched, upto)``: rows of the table re-read
    by a backfill and staged at ``location`` (for the lake, by the backfill's Spark job), written
    over the destination's rows except for the ``touched`` keys, with watermark ``upto``
@@ -34,6 +36,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -51,6 +54,27 @@ class SchemaAnswer(enum.Enum):
     CONTINUE = "Continue"
     REBASELINE = "Rebaseline"
     ERROR = "Error"
+
+    def because(self, reason: str) -> SchemaDecision:
+        """This answer with the destination's ``reason`` (e.g. why it cannot follow in place)."""
+        return SchemaDecision(self, reason)
+
+
+@dataclass(frozen=True)
+class SchemaDecision:
+    """A destination's ``answer`` to a change of a table's columns, with its ``reason`` ("" for none)."""
+
+    answer: SchemaAnswer
+    reason: str = ""
+
+
+def schema_decision(result: SchemaAnswer | SchemaDecision) -> SchemaDecision:
+    """What ``schema_changed`` returned as a ``SchemaDecision`` (a bare answer has no reason)."""
+    if isinstance(result, SchemaDecision):
+        return result
+    if isinstance(result, SchemaAnswer):
+        return SchemaDecision(result)
+    raise TypeError(f"schema_changed must return a SchemaAnswer or a SchemaDecision, not {result!r}")
 
 
 class Destination(ABC):
@@ -72,7 +96,7 @@ class Destination(ABC):
     def watermark(self, table: TableRef) -> Key | None:
         """The key of the last change applied to ``table``; None before the first batch."""
 
-    def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
+    def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer | SchemaDecision:
         """Follow ``diff`` exactly if possible, and say how apply goes on. The default: columns
         only added (NULL in older rows) or dropped go to ``schema_changed``; anything else
         (renames, type or key changes, values rewritten, unknown column identities) Rebaseline."""
@@ -90,8 +114,9 @@ class Destination(ABC):
     @abstractmethod
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
-    ) -> SchemaAnswer:
-        """Adapt to the table's new columns if possible, and say how apply goes on."""
+    ) -> SchemaAnswer | SchemaDecision:
+        """Adapt to the table's new columns if possible, and say how apply goes on (a bare
+        ``SchemaAnswer``, or one with a reason: ``SchemaAnswer.REBASELINE.because("...")``)."""
 
     def backfill(
         self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key

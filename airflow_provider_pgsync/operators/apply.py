@@ -11,6 +11,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
+from airflow_provider_pgsync.apply.schema_change import check_on_schema_change, rebaseline_remedy
 from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
@@ -25,10 +26,15 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.phases import DataSync, Errored, TablePhase
+from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, TablePhase
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
 log = logging.getLogger(__name__)
+
+REBASELINES_XCOM = "schema_rebaselines"
+"""The XCom key under which apply lists the (table, destination) a schema change sent back to
+baseline in this run: ``[{"table", "destination", "reason"}]``, pushed before the task ends
+(also when it fails), so a downstream task triggers their rebaseline."""
 
 
 class PgApplyOperator(BaseOperator):
@@ -53,6 +59,13 @@ class PgApplyOperator(BaseOperator):
         its table is done with it (``changelog/retention.py`` says what each phase still
         needs; the state stops listing it at once); a ``timedelta`` or seconds, default 7
         days; None keeps every segment, listed.
+    :param on_schema_change: what a destination that can follow a change of a table's columns
+        only by a rebaseline does: ``rebaseline`` (default: back to Init for that table alone,
+        listed in XCom ``schema_rebaselines`` for a downstream task to trigger the rebaseline)
+        or ``fail`` (Errored, no retry, until rebaselined).
+    :param baseline_dag_id: the DAG that rebaselines a table (named in the remedies).
+    :param fail_on_rebaseline: fail at the end when a destination went back to Init (default);
+        False when a downstream task triggers the rebaseline and fails the run (the cdc DAG).
     """
 
     template_fields: Sequence[str] = ("pipeline", "changelog_uri", "destinations")
@@ -70,6 +83,9 @@ class PgApplyOperator(BaseOperator):
         batch_rows: int = 1_000_000,
         batch_bytes: int = 256 * 2**20,
         retention: timedelta | float | None = timedelta(days=7),
+        on_schema_change: str = "rebaseline",
+        baseline_dag_id: str | None = None,
+        fail_on_rebaseline: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,6 +109,9 @@ class PgApplyOperator(BaseOperator):
                 f"retention must be a duration of zero or more (or None: keep), not {retention!r}"
             )
         self.retention = retention
+        self.on_schema_change = check_on_schema_change(on_schema_change, "PgApplyOperator on_schema_change")
+        self.baseline_dag_id = baseline_dag_id
+        self.fail_on_rebaseline = fail_on_rebaseline
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
@@ -114,7 +133,21 @@ class PgApplyOperator(BaseOperator):
                 lock.ensure_held()
                 saved = self._prune(store, saved, run.changelog, self.retention)
         summary = run.summary(saved)
+        rebaselines = run.rebaselines(saved)
+        if ti is not None:
+            ti.xcom_push(key=REBASELINES_XCOM, value=rebaselines)
         failures = run.unavailable + _errored(saved, [destination_name(c) for c in self.destinations])
+        others = bool(failures)
+        for sent in rebaselines:
+            table, name, reason = sent["table"], sent["destination"], sent["reason"]
+            self.log.warning("apply %s -> %s: back to baseline: %s", table, name, reason)
+            if self.fail_on_rebaseline:
+                then = rebaseline_remedy(table, name, self.baseline_dag_id)
+            elif others:  # named in this task's error too, so it tells the whole story
+                then = "a task after this one triggers its rebaseline"
+            else:
+                continue
+            failures.append(f"table {table} in destination {name} went back to Init: {reason}; {then}")
         if failures:
             raise ApplyFailedError(
                 f"apply of pipeline {self.pipeline!r} left {len(failures)} table(s) not applied "
@@ -171,6 +204,8 @@ class PgApplyOperator(BaseOperator):
                         destination,
                         batch_rows=self.batch_rows,
                         batch_bytes=self.batch_bytes,
+                        on_schema_change=self.on_schema_change,
+                        baseline_dag_id=self.baseline_dag_id,
                     )
                 except DestinationUnavailableError as exc:
                     run.unavailable.append(
@@ -264,6 +299,17 @@ class _Run:
             per = {name: r.applied + (r.backfilled or 0) for name, r in rs}
             phase = saved.tables[key].phase.kind if key in saved.tables else rs[0][1].phase.kind
             found[key] = {"applied": sum(per.values()), "phase": phase, "destinations": per}
+        return found
+
+    def rebaselines(self, saved: PipelineState) -> list[dict[str, str]]:
+        """The (table, destination) a schema change sent back to Init in this run, as saved
+        (a decision that did not land, e.g. a rebaseline started meanwhile, is not listed)."""
+        found = []
+        for key, name, _lineage, _before, result in self.decisions:
+            if result.schema_change is None or not isinstance(result.phase, Init) or key not in saved.tables:
+                continue
+            if isinstance(saved.tables[key].destination(name).phase, Init):
+                found.append({"table": key, "destination": name, "reason": result.schema_change})
         return found
 
     def record(self, current: PipelineState) -> PipelineState:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_pgsync.apply.schema_change import ON_SCHEMA_CHANGE
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.destination_configs import (
     CustomDestinationConfig,
@@ -33,6 +34,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     Checks,
     ConfigProblem,
     PipelineConfigError,
+    choice,
     conn_id_problem,
     join_path,
     set_field,
@@ -71,6 +73,9 @@ class PipelineConfig:
     state store, changelog, Spark settings, schedules and batch limits.
 
     ``slot_name`` and ``publication_name`` left empty become ``pgsync_<name in lower case>``.
+    ``on_schema_change`` (``ON_SCHEMA_CHANGE``): what the cdc DAG does when a destination can
+    follow a change of a table's columns only by a rebaseline: ``rebaseline`` (trigger it, and
+    fail the run naming it) or ``fail`` (the table Errored in that destination until rebaselined).
     """
 
     name: str
@@ -85,6 +90,7 @@ class PipelineConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     schedules: Schedules = field(default_factory=Schedules)
     limits: BatchLimits = field(default_factory=BatchLimits)
+    on_schema_change: str = ON_SCHEMA_CHANGE[0]
 
     def __post_init__(self) -> None:
         checks = Checks()
@@ -101,6 +107,9 @@ class PipelineConfig:
             checks.catch("publication_name", lambda: validate_publication_name(self.publication_name))
         self._check_tables(checks)
         self._check_destinations(checks)
+        problem = choice(self.on_schema_change, ON_SCHEMA_CHANGE)
+        if problem:
+            checks.add("on_schema_change", problem)
         for key, cls in SECTIONS.items():
             if not isinstance(getattr(self, key), cls):
                 checks.add(key, f"must be a {cls.__name__}, not {getattr(self, key)!r}")
@@ -164,6 +173,7 @@ class PipelineConfig:
             "publication_name": self.publication_name,
             "tables": [t.to_entry() for t in self.tables],
             "destinations": [d.to_mapping() for d in self.destinations],
+            "on_schema_change": self.on_schema_change,
         }
         for key in SECTIONS:
             data[key] = getattr(self, key).to_mapping()
@@ -254,6 +264,7 @@ class PipelineConfig:
             "batch_rows": self.limits.batch_rows,
             "batch_bytes": self.limits.batch_bytes,
             "retention": self.changelog.retention,
+            "on_schema_change": self.on_schema_change,
         }
 
     def baseline_kwargs(self, table: str | TableConfig, *, rebaseline: bool = False) -> dict[str, Any]:
@@ -304,7 +315,7 @@ def _as_tuple(items: object) -> tuple[Any, ...]:
 
 _PIPELINE_KEYS = {
     "name": STR, "source_conn_id": STR, "slot_name": STR, "publication_name": STR,
-    "tables": LIST, "destinations": LIST, **dict.fromkeys(SECTIONS, MAPPING),
+    "tables": LIST, "destinations": LIST, "on_schema_change": STR, **dict.fromkeys(SECTIONS, MAPPING),
 }  # fmt: skip
 _STAND_INS: dict[str, Any] = {"name": "pipeline", "source_conn_id": "source", "tables": []}
 """Values of missing required keys, so the rest of a pipeline is still checked."""

@@ -5,7 +5,7 @@ Pure: the destinations decide from a ``SchemaDiff`` whether they can follow exac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from airflow_provider_pgsync.state.columns import REWRITE_COLUMN, REWRITE_DEFAULT, ColumnInfo, SchemaChange
@@ -83,19 +83,24 @@ class SchemaDiff:
             return "the table was rewritten with new column values (ALTER COLUMN ... TYPE ... USING)"
         return ""
 
-    def describe(self) -> str:
-        """What changed, in words, for logs and errors."""
-        parts: list[str] = []
+    def describe(self, type_name: Callable[[int, int], str] = lambda oid, mod: f"type OID {oid}") -> str:
+        """What changed, in words, for logs and errors (types named by ``type_name(oid, typmod)``)."""
         if self.unproven:
             old = ", ".join(c.name for c in self.old)
             new = ", ".join(c.name for c in self.new)
             return f"columns changed from ({old}) to ({new}); {self.unproven}"
-        parts += [f"column {a.name} renamed to {b.name}" for a, b in self.renamed]
-        parts += [f"column {c.name} added" + _fill_text(c) for c in self.added]
-        parts += [f"column {c.name} dropped" for c in self.dropped]
-        parts += [f"column {b.name} changed type ({a.type_oid} to {b.type_oid})" for a, b in self.retyped]
+
+        def typed(c: ColumnInfo) -> str:
+            return type_name(c.type_oid, c.type_modifier)
+
+        parts = [f"column {a.name} renamed to {b.name}" for a, b in self.renamed]
+        parts += [f"column {c.name} ({typed(c)}) added" + _fill_text(c) for c in self.added]
+        parts += [f"column {c.name} ({typed(c)}) dropped" for c in self.dropped]
+        parts += [f"column {b.name} changed type from {typed(a)} to {typed(b)}" for a, b in self.retyped]
         if self.key_changed:
-            parts.append("the replica identity key changed")
+            old_key = ", ".join(c.name for c in self.old if c.is_key)
+            new_key = ", ".join(c.name for c in self.new if c.is_key)
+            parts.append(f"key changed from ({old_key}) to ({new_key})")
         if self.rows_rewritten:
             parts.append(self.rows_rewritten)
         return "; ".join(parts) or "the table's DDL changed no column"

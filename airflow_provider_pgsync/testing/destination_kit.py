@@ -38,7 +38,7 @@ from airflow_provider_pgsync.changelog.schema import (
     old_key_column,
     segment_schema,
 )
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 
@@ -149,7 +149,7 @@ def run_lifecycle(
     lsn = _apply_all(destination, table, columns, changes, model, batch_size, first_lsn)
     _compare(read_rows(table), model, "after the changes")
     if new_columns is not None:
-        answer = destination.schema_changed(table, columns, new_columns)
+        answer = schema_decision(destination.schema_changed(table, columns, new_columns)).answer
         if answer is SchemaAnswer.CONTINUE:
             model = _reshaped(model, new_columns)
             _apply_all(destination, table, new_columns, changes_after, model, batch_size, lsn)

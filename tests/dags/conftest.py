@@ -66,6 +66,15 @@ class PipelineDags:
 
 MakePipelineDags = Callable[..., PipelineDags]
 
+CDC_GREEN = {
+    "capture": "success",
+    "apply": "success",
+    "rebaselines": "skipped",
+    "trigger_rebaseline": "skipped",
+    "outcome": "success",
+}
+"""The task states of a cdc run that applied everything and sent no table back to baseline."""
+
 
 @pytest.fixture
 def make_pipeline_dags(
@@ -95,3 +104,19 @@ def task_states(run: Any) -> dict[str, str]:
         key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
         found[key] = str(ti.state)
     return found
+
+
+def triggered_baselines(pipeline: PipelineDags) -> list[tuple[str, dict[str, Any]]]:
+    """(run id, conf) of the pipeline's baseline DAG runs other DAGs triggered, oldest first."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = (
+            session.query(DagRun)
+            .filter(DagRun.dag_id == dag_id(pipeline.config.name, "baseline"))
+            .filter(DagRun.run_type == "operator_triggered")
+            .order_by(DagRun.id)
+            .all()
+        )
+        return [(r.run_id, dict(r.conf or {})) for r in runs]

@@ -10,7 +10,7 @@ import pytest
 
 from airflow_provider_pgsync.state.model import Ready, SyncDone
 from tests.conftest import Database
-from tests.dags.conftest import MakePipelineDags, task_states
+from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
 
 TABLES = ["public.items", "public.notes"]
@@ -57,7 +57,7 @@ def test_a_pipeline_with_a_custom_destination_only_runs_its_dags_without_spark(
     database.execute("DELETE FROM items WHERE id BETWEEN 50 AND 59")
     database.execute("UPDATE notes SET body = 'edited' WHERE id <= 5")
     cdc = pipeline.run("cdc")
-    assert task_states(cdc) == {"capture": "success", "apply": "success"}, task_states(cdc)
+    assert task_states(cdc) == CDC_GREEN, task_states(cdc)
     for table in TABLES:
         assert sqlite_text(path, table) == source_text(database, table), table
         assert pipeline.state().table(table).destination("sqlite").phase == Ready()

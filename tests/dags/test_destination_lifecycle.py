@@ -20,7 +20,7 @@ from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
-from tests.dags.conftest import MakePipelineDags, PipelineDags, task_states
+from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 
 TABLES = ["public.accounts", "public.events"]
 
@@ -121,9 +121,9 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
         baseline = pipeline.run("baseline")
         assert str(baseline.state) == "success", task_states(baseline)
         cdc = pipeline.run("cdc")  # while the writer goes on
-        assert task_states(cdc) == {"capture": "success", "apply": "success"}, task_states(cdc)
+        assert task_states(cdc) == CDC_GREEN, task_states(cdc)
     cdc = pipeline.run("cdc")
-    assert task_states(cdc) == {"capture": "success", "apply": "success"}, task_states(cdc)
+    assert task_states(cdc) == CDC_GREEN, task_states(cdc)
     assert set(_phases(pipeline).values()) == {"Ready"}
     _equal_everywhere(pipeline, database, replica, lake)
 
@@ -133,16 +133,22 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
         database.execute("ALTER TABLE accounts ADD COLUMN tags text[]")
         database.execute("ALTER TABLE events ALTER COLUMN n TYPE bigint")
     database.execute("UPDATE accounts SET tags = ARRAY['x', NULL, 'y'] WHERE id <= 20")
+    before = triggered_baselines(pipeline)
     cdc = pipeline.run("cdc")
-    assert str(cdc.state) == "success", task_states(cdc)
     # the replica drops a column, adds the array and widens int to bigint in place; the lake
-    # follows none of them: each destination goes back to baseline only where it must
+    # follows none of them: each destination goes back to baseline only where it must, the
+    # run fails naming them and triggers exactly those rebaselines (on_schema_change: rebaseline)
+    assert str(cdc.state) == "failed" and task_states(cdc)["outcome"] == "failed", task_states(cdc)
     assert _phases(pipeline) == {
         ("public.accounts", "lake"): "Init",
         ("public.accounts", "replica"): "Ready",
         ("public.events", "lake"): "Init",
         ("public.events", "replica"): "Ready",
     }
+    assert sorted((conf for _, conf in triggered_baselines(pipeline)[len(before) :]), key=str) == [
+        {"tables": ["public.accounts"], "destinations": ["lake"], "mode": "rebaseline"},
+        {"tables": ["public.events"], "destinations": ["lake"], "mode": "rebaseline"},
+    ]
     assert rows(replica, "public.accounts") == rows(database, "public.accounts")
     assert rows(replica, "public.events") == rows(database, "public.events")
 
@@ -157,7 +163,7 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
         assert str(both.state) == "success", task_states(both)
         assert str(pipeline.run("cdc").state) == "success"
     cdc = pipeline.run("cdc")
-    assert task_states(cdc) == {"capture": "success", "apply": "success"}, task_states(cdc)
+    assert task_states(cdc) == CDC_GREEN, task_states(cdc)
     state = pipeline.state()
     assert set(_phases(pipeline).values()) == {"Ready"}
     assert state.table("public.accounts").phase == Ready()

@@ -59,7 +59,11 @@ def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
     assert _upstream(baseline, "backfill") == {"choose_backfills"}
     assert _upstream(baseline, "choose_backfills") == {"choose_tables"}  # the params are checked once
 
-    assert _tasks(cdc) == {"capture", "apply"} and _upstream(cdc, "apply") == {"capture"}
+    assert _tasks(cdc) == {"capture", "apply", "rebaselines", "trigger_rebaseline", "outcome"}
+    assert _upstream(cdc, "apply") == {"capture"}
+    assert _upstream(cdc, "rebaselines") == {"apply"}
+    assert _upstream(cdc, "trigger_rebaseline") == {"rebaselines"}
+    assert _upstream(cdc, "outcome") == {"trigger_rebaseline"}
     assert _tasks(compact) == {"compact_lake"}
     assert _tasks(teardown) == {"check_confirmation", "drop_slot", "drop_publication", "delete_state"}
     assert _upstream(teardown, "drop_slot") == {"check_confirmation"}

@@ -1,0 +1,99 @@
+"""PgApplyOperator on its own (no DAG factory) after a retype its destinations follow only by a
+rebaseline: by default the task fails naming table, destination, change and remedy, and lists
+them in XCom ``schema_rebaselines``; ``fail_on_rebaseline=False`` leaves the failing to a later
+task; ``on_schema_change="fail"`` leaves them Errored."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
+from airflow_provider_pgsync.state.phases import Errored, Init
+from tests.apply.test_apply_postgres import rows
+from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
+from tests.conftest import Database, RunDag
+from tests.operators.test_apply_lifecycle import (  # noqa: F401 (a fixture)
+    DESTINATIONS,
+    TABLE,
+    _handed_off,
+    _states,
+    two_replicas,
+)
+
+
+def _cdc_dag(
+    pipeline: Pipeline, source_conn_id: str, destinations: list[dict[str, str]], **kwargs: Any
+) -> DAG:
+    with DAG(f"pgsync_cdc_{uuid.uuid4().hex[:6]}", schedule=None, default_args={"retries": 0}) as dag:
+        pipeline.cdc_tasks(destinations, batch_rows=16, **kwargs)
+    return dag
+
+
+CHANGE = "table public.items changed its columns (column b changed type from integer to text)"
+
+
+@pytest.mark.parametrize(("kwargs", "outcome"), [({}, "failed"), ({"fail_on_rebaseline": False}, "success")])
+def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
+    database: Database,
+    two_replicas: tuple[Database, Database],  # noqa: F811
+    make_pipeline: MakePipeline,  # noqa: F811
+    run_dag: RunDag,
+    source_conn_id: str,
+    capsys: pytest.CaptureFixture[str],
+    kwargs: dict[str, object],
+    outcome: str,
+) -> None:
+    pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
+    _handed_off(pipeline, database, ["good", "picky"])
+    database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
+    assert _states(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
+        "capture": "success",
+        "apply": "success",
+    }
+    database.execute("ALTER TABLE items ALTER COLUMN b TYPE text")
+    database.execute("UPDATE items SET b = 'x' WHERE id = 1")
+    capsys.readouterr()
+
+    run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS, **kwargs))
+
+    assert _states(run) == {"capture": "success", "apply": outcome}
+    table = pipeline.state().table(TABLE)
+    assert table.destination("good").phase == table.destination("picky").phase == Init()
+    ti = next(t for t in run.get_task_instances() if t.task_id == "apply")
+    assert ti.xcom_pull(task_ids="apply", key=REBASELINES_XCOM) == [
+        {"table": TABLE, "destination": name, "reason": f"{CHANGE}; destination {name} cannot follow it "
+         "without a rebaseline"}
+        for name in ("good", "picky")
+    ]  # fmt: skip
+    printed = capsys.readouterr().out
+    named = f"table {TABLE} in destination picky went back to Init: {CHANGE}"
+    assert (named in printed) == (outcome == "failed")
+    if outcome == "failed":
+        assert "rebaseline public.items in picky (PgBaselineOperator with rebaseline=True" in printed
+
+
+def test_fail_leaves_each_destination_errored_without_retry(
+    database: Database,
+    two_replicas: tuple[Database, Database],  # noqa: F811
+    make_pipeline: MakePipeline,  # noqa: F811
+    run_dag: RunDag,
+    source_conn_id: str,
+) -> None:
+    good, _ = two_replicas
+    pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
+    _handed_off(pipeline, database, ["good", "picky"])
+    database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
+    database.execute("ALTER TABLE items ALTER COLUMN b TYPE text")
+    database.execute("UPDATE items SET b = 'x' WHERE id = 1")
+
+    run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS, on_schema_change="fail"))
+
+    assert _states(run) == {"capture": "success", "apply": "failed"}
+    for name in ("good", "picky"):
+        phase = pipeline.state().table(TABLE).destination(name).phase
+        assert isinstance(phase, Errored) and phase.retry == "none" and CHANGE in phase.reason
+    assert len(rows(good, TABLE)) == 20  # the changes before the retype were applied
