@@ -84,6 +84,7 @@ class DecodeWriter:
         skip_before = state.last_end_lsn.value if state.last_end_lsn else 0
         self.batcher = ColumnBatcher(self.version_of, skip_before=skip_before, xid_reference=xid_reference)
         self.tables: dict[str, TableState] = {}
+        self.keys: dict[int, TableRef] = {}  # relation OID -> the pipeline's name of the table
         self.versions: dict[tuple[str, int], TableVersion] = {}
         self.pending: dict[tuple[str, int], list[pa.Table]] = {}
         self.pending_bytes = 0
@@ -94,17 +95,42 @@ class DecodeWriter:
 
     def version_of(self, relation: Relation) -> int:
         """The schema version of a Relation message: a new one when its columns changed."""
-        key = str(TableRef(relation.namespace, relation.relation_name))
-        try:
-            current = self.tables.get(key) or self.state.table(key)
-        except StateError:
-            raise StateError(
-                f"table {key} is in the publication but not in pipeline {self.state.pipeline!r}: run "
-                "the pipeline's setup so that its publication and its tables agree"
-            ) from None
+        current = self._table_state_for(relation)
         updated = current.with_columns(columns_of(relation))
-        self.tables[key] = updated
+        self.tables[current.key] = updated
+        self.keys[relation.relation_id] = current.table
         return updated.schema_version
+
+    def _table_state_for(self, relation: Relation) -> TableState:
+        """The pipeline's table a Relation message describes, with its relation OID and source name
+        recorded: the table followed by that OID (renamed in the source or not), else the table of
+        that name (in a state that has no OID for it yet)."""
+        name = TableRef(relation.namespace, relation.relation_name)
+        known = [*self.tables.values(), *self.state.tables.values()]
+        found = next((ts for ts in known if ts.relation_id == relation.relation_id), None)
+        if found is None:
+            found = self.tables.get(str(name)) or self.state.tables.get(str(name))
+            if found is not None and found.relation_id is not None:
+                raise StateError(
+                    f"table {name} (relation OID {relation.relation_id}) is in the publication, but "
+                    f"pipeline {self.state.pipeline!r} follows {found.key} as relation OID "
+                    f"{found.relation_id} (named {found.source_table} in the source): the table of that "
+                    "name was replaced; nothing was captured: run the pipeline's setup (it records the "
+                    "table now of that name), then rebaseline it"
+                )
+        if found is None:
+            raise StateError(
+                f"table {name} (relation OID {relation.relation_id}) is in the publication but not in "
+                f"pipeline {self.state.pipeline!r}; nothing was captured: run the pipeline's setup so "
+                "that its publication and its tables agree (add the table to the pipeline's tables, or "
+                "remove it from the publication)"
+            )
+        current = self.tables.get(found.key, found)
+        if current.relation_id != relation.relation_id or current.source_table != name:
+            if current.source_table != name:
+                log.warning("table %s is named %s in the source now (renamed there)", current.key, name)
+            current = current.with_source(relation.relation_id, name)
+        return current
 
     def feed(self, data: bytes, lens: np.ndarray) -> None:
         for table_version, table in self.batcher.feed_joined(data, lens):
@@ -133,7 +159,7 @@ class DecodeWriter:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
     def _add(self, table_version: TableVersion, data: pa.Table) -> None:
-        key = (str(table_version.table), table_version.version)
+        key = (str(self._table_of(table_version)), table_version.version)
         self.versions[key] = table_version
         self.pending.setdefault(key, []).append(data)
         self.pending_bytes += data.nbytes
@@ -141,6 +167,10 @@ class DecodeWriter:
         while self.pending_bytes >= self.part_bytes:
             largest = max(self.pending, key=lambda k: sum(t.nbytes for t in self.pending[k]))
             self._flush(largest)
+
+    def _table_of(self, tv: TableVersion) -> TableRef:
+        """The pipeline's name of the table (its name in the source may be another)."""
+        return self.keys[tv.relation.relation_id]
 
     def _flush(self, key: tuple[str, int]) -> None:
         tables = self.pending.pop(key)
@@ -154,7 +184,9 @@ class DecodeWriter:
 
     def _write(self, key: tuple[str, int], part: int, data: pa.Table) -> SegmentInfo:
         tv = self.versions[key]
-        segment = self.changelog.write_segment(tv.table, tv.version, columns_of(tv.relation), data, part=part)
+        segment = self.changelog.write_segment(
+            self._table_of(tv), tv.version, columns_of(tv.relation), data, part=part
+        )
         fail_point("after_segment_write")
         return segment
 

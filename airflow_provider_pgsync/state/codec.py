@@ -174,6 +174,10 @@ def _table_json(ts: TableState) -> dict[str, Any]:
         "schema_version": ts.schema_version,
         "columns": [[c.name, c.type_oid, c.type_modifier, c.is_key] for c in ts.columns],
     }
+    if ts.relation_id is not None:
+        data["relation_id"] = ts.relation_id
+    if ts.source_name is not None:
+        data["source_name"] = str(ts.source_name)
     if ts.backfill is not None:
         b = ts.backfill
         data["backfill"] = {
@@ -213,6 +217,8 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
         ColumnInfo(_str(n, "column name"), _int(o, "type_oid"), _int(m, "type_modifier"), _bool(k, "is_key"))
         for n, o, m, k in data["columns"]
     )
+    relation_id = data.get("relation_id")  # absent in states written before tables were followed by OID
+    source_name = data.get("source_name")
     return TableState(
         table=TableRef.parse(key),
         fallback=_read_phase(data["phase"]),
@@ -223,6 +229,8 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
             _str(name, "destination"): _read_destination(d)
             for name, d in data.get("destinations", {}).items()
         },
+        relation_id=None if relation_id is None else _int(relation_id, "relation_id"),
+        source_name=None if source_name is None else TableRef.parse(_str(source_name, "source_name")),
     )
 
 
