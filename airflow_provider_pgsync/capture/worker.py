@@ -114,9 +114,11 @@ class DecodeWriter:
                 raise StateError(
                     f"table {name} (relation OID {relation.relation_id}) is in the publication, but "
                     f"pipeline {self.state.pipeline!r} follows {found.key} as relation OID "
-                    f"{found.relation_id} (named {found.source_table} in the source): the table of that "
-                    "name was replaced; nothing was captured: run the pipeline's setup (it records the "
-                    "table now of that name), then rebaseline it"
+                    f"{found.relation_id}: the table of that name was replaced; nothing was captured. If "
+                    "the followed table was dropped, run the pipeline's setup (it then follows the table "
+                    "now of that name) and rebaseline the table; if it was renamed (the pipeline follows "
+                    "it) and the new table was published by hand, remove the new one from the publication "
+                    "and run the teardown and setup DAGs (a new slot; every table is baselined again)"
                 )
         if found is None:
             raise StateError(
