@@ -282,6 +282,8 @@ class PipelineConfig:
         return {
             lake.name: {
                 "tables": list(self.table_keys),
+                "pipeline": self.name,
+                **self._source_and_state(),
                 "destination": lake.to_mapping(),
                 **self._spark_kwargs(),
             }

@@ -61,6 +61,16 @@ def follow(
     return found
 
 
+def pipeline_name(state: PipelineState, name: TableRef | str) -> str:
+    """The pipeline's name (state key) of the table a config names ``name``: itself, or the state's
+    table recorded as renamed to it in the source (setup and capture record it)."""
+    key = str(TableRef.parse(name) if isinstance(name, str) else name)
+    if key in state.tables:
+        return key
+    match = next((ts for ts in state.tables.values() if str(ts.source_name) == key), None)
+    return match.key if match is not None else key
+
+
 def _follow_one(
     state: PipelineState,
     table: TableRef,

@@ -3,6 +3,7 @@ of a config's tables to the state's (``state.followed``), without a server."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -81,3 +82,14 @@ def test_a_state_without_oids_and_a_dropped_table_fall_back_to_the_name() -> Non
     assert follow(dropped, [S], {}, {S: 9}) == [FollowedTable(S, S, S, 9)]
     # a recorded source name whose relation is another one now is not that table
     assert follow(dropped, [S_NEW], {}, {S_NEW: 9}) == [FollowedTable(S_NEW, S_NEW, S_NEW, 9)]
+
+
+def test_the_pipelines_name_of_a_table_named_as_the_source_names_it_now() -> None:
+    from airflow_provider_pgsync.state.followed import pipeline_name
+    from airflow_provider_pgsync.triggers.checks import phase_event
+
+    state = _state()
+    assert pipeline_name(state, "public.s_new") == pipeline_name(state, "s") == "public.s"
+    assert pipeline_name(state, "public.u") == "public.u"
+    saved = dataclasses.replace(state, version=1)
+    assert phase_event(saved, "s_new", "Init", where="x") is not None  # the sensor takes either name
