@@ -2,7 +2,7 @@
 Spark; a lake and a PostgreSQL destination): two tables Ready with a writer on both; one renamed
 (inside a writer's transaction) keeps streaming under the pipeline's name, the other too; setup
 passes with the config unchanged and with the config naming the new name (no second table); a
-rebaseline of the renamed table works; each destination equals the source throughout."""
+rebaseline and a backfill of the renamed table work; each destination equals the source throughout."""
 
 from __future__ import annotations
 
@@ -173,6 +173,20 @@ def test_a_renamed_table_keeps_streaming_and_the_config_may_name_it_either_way(
     assert set(_phases(edited).values()) == {"Ready"}
     after = {d: state.table("public.s").destination(d).lineage for d in ("lake", "replica")}
     assert after["lake"] == after["replica"] and after["lake"] not in (before["lake"], before["replica"])
+    _equal_everywhere(database, replica, lake, "public.s_new")
+
+    # a backfill of the renamed table reads it under its new name and stages it for public.s
+    conf = {
+        "tables": ["public.s_new"],
+        "destinations": ["lake"],
+        "mode": "backfill",
+        "backfill_filter": "id > 50",
+    }
+    backfill = edited.run("baseline", run_conf=conf)
+    assert task_states(backfill).get("backfill[0]") == "success", task_states(backfill)
+    assert edited.state().table("public.s").backfill is not None
+    _cdc_ok(edited)
+    assert edited.state().table("public.s").backfill is None, "apply merged the staged rows"
     _equal_everywhere(database, replica, lake, "public.s_new")
 
 
