@@ -6,6 +6,7 @@ rebaseline and a backfill of the renamed table work; each destination equals the
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -197,3 +198,47 @@ def _wait_until(check: Callable[[], bool], what: str, writes: Writes, timeout: f
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f} s waiting until {what}")
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_setup_records_the_oids_of_an_older_state_and_then_follows_a_rename(
+    database: Database, make_pipeline_dags: MakePipelineDags
+) -> None:
+    database.execute("CREATE TABLE s (id int PRIMARY KEY, v int NOT NULL)")
+    database.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+    pipeline = make_pipeline_dags(["s", "t"])
+    _setup_ok(pipeline)
+    store = pipeline.store()
+    state = store.load(pipeline.config.name)
+    older = dataclasses.replace(  # as an older pgsync wrote it: no relation OIDs
+        state, tables={k: dataclasses.replace(ts, relation_id=None) for k, ts in state.tables.items()}
+    )
+    store.save(older)
+    assert pipeline.state().table("public.s").relation_id is None
+    _setup_ok(pipeline)
+    oid = int(str(database.execute("SELECT 's'::regclass::oid")[0][0]))
+    assert pipeline.state().table("public.s").relation_id == oid
+
+    database.execute("ALTER TABLE s RENAME TO s_new")
+    for config_tables in (["s", "t"], ["s_new", "t"], ["t", "s_new"]):
+        named = make_pipeline_dags(config_tables)
+        _setup_ok(named)
+        state = named.state()
+        assert set(state.tables) == {"public.s", "public.t"}, config_tables
+        assert state.table("public.s").source_name == TableRef("public", "s_new")
+        assert state.table("public.s").relation_id == oid
+    # naming both is naming one table twice
+    both = make_pipeline_dags(["s", "s_new", "t"])
+    setup = both.run("setup")
+    assert task_states(setup)["preflight"] == "failed", task_states(setup)
+    assert set(both.state().tables) == {"public.s", "public.t"}
+
+
+SETUP_TASKS = ("preflight", "create_publication", "create_slot", "init_table_states")
+
+
+def _setup_ok(pipeline: PipelineDags) -> None:
+    """The setup's own tasks succeed (the tables stay in Init: it triggers a baseline run each time,
+    which this test does not run)."""
+    states = task_states(pipeline.run("setup"))
+    assert {task: states[task] for task in SETUP_TASKS} == dict.fromkeys(SETUP_TASKS, "success"), states
