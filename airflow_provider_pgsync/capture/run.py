@@ -110,7 +110,7 @@ def _capture(
     if state.slot_name is None:
         state = state.with_slot(slot, info.confirmed_flush_lsn)
     with hook.connect() as conn:  # before the peek's bound: see DecodeWriter.version_of
-        catalog = ddl_catalog(conn, [t.table for t in state.tables.values()])
+        catalog = ddl_catalog(conn, [t.source_table for t in state.tables.values()])
     positions = hook.wal_positions()  # the peek's bound and the 64-bit xid reference, read together
     upto = positions.flush
     start = info.confirmed_flush_lsn

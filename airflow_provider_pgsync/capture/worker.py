@@ -106,6 +106,7 @@ class DecodeWriter:
         )
         self.catalog = catalog or {}
         self.tables: dict[str, TableState] = {}
+        self.keys: dict[int, TableRef] = {}  # relation OID -> the pipeline's name of the table
         self.versions: dict[tuple[str, int], TableVersion] = {}
         self.version_columns: dict[tuple[str, int], tuple[ColumnInfo, ...]] = {}
         self.version_changes: dict[tuple[str, int], SchemaChange] = {}
@@ -124,13 +125,9 @@ class DecodeWriter:
     def version_of(self, relation: Relation) -> int:
         """The schema version of a Relation message: a new one when its columns changed, or
         when DDL since the last one may have changed rows (``TableState.with_relation``)."""
-        key = str(TableRef(relation.namespace, relation.relation_name))
-        current = self._table(key)
-        if current is None:
-            raise StateError(
-                f"table {key} is in the publication but not in pipeline {self.state.pipeline!r}: run "
-                "the pipeline's setup so that its publication and its tables agree"
-            )
+        current = self._table_state_for(relation)
+        key = current.key
+        self.keys[relation.relation_id] = current.table
         catalog = None
         read = self.catalog.get(relation.relation_id)
         known = bool(current.columns) and all(c.attnum for c in current.columns)
@@ -154,10 +151,10 @@ class DecodeWriter:
         if message.prefix != DDL_PREFIX:
             return
         facts = parse_columns(message.content)
-        key = str(facts.table)
-        current = self._table(key)
+        current = self._followed(facts.oid, facts.table)
         if current is None:
             return  # a table of another pipeline
+        key = current.key
         # a rewrite's message comes first in the same transaction (table_rewrite fires before
         # ddl_command_end); a typed table rewritten by ALTER TYPE gets no such message, but its
         # Relation then shows another type without attnums: unproven, so back to baseline
@@ -167,6 +164,48 @@ class DecodeWriter:
             # given to Relations before it are not proven
             change = change.with_unproven(f"a DDL on {key} raced with capture's catalog read")
         self.tables[key] = current.with_ddl(change)
+
+    def _table_state_for(self, relation: Relation) -> TableState:
+        """The pipeline's table a Relation message describes, with its relation OID and source name
+        recorded: the table followed by that OID (renamed in the source or not), else the table of
+        that name (in a state that has no OID for it yet)."""
+        name = TableRef(relation.namespace, relation.relation_name)
+        known = [*self.tables.values(), *self.state.tables.values()]
+        found = next((ts for ts in known if ts.relation_id == relation.relation_id), None)
+        if found is None:
+            found = self.tables.get(str(name)) or self.state.tables.get(str(name))
+            if found is not None and found.relation_id is not None:
+                raise StateError(
+                    f"table {name} (relation OID {relation.relation_id}) is in the publication, but "
+                    f"pipeline {self.state.pipeline!r} follows {found.key} as relation OID "
+                    f"{found.relation_id}: the table of that name was replaced; nothing was captured. If "
+                    "the followed table was dropped, run the pipeline's setup (it then follows the table "
+                    "now of that name) and rebaseline the table; if it was renamed (the pipeline follows "
+                    "it) and the new table was published by hand, remove the new one from the publication "
+                    "and run the teardown and setup DAGs (a new slot; every table is baselined again)"
+                )
+        if found is None:
+            raise StateError(
+                f"table {name} (relation OID {relation.relation_id}) is in the publication but not in "
+                f"pipeline {self.state.pipeline!r}; nothing was captured: run the pipeline's setup so "
+                "that its publication and its tables agree (add the table to the pipeline's tables, or "
+                "remove it from the publication)"
+            )
+        current = self.tables.get(found.key, found)
+        if current.relation_id != relation.relation_id or current.source_table != name:
+            if current.source_table != name:
+                log.warning("table %s is named %s in the source now (renamed there)", current.key, name)
+            current = current.with_source(relation.relation_id, name)
+        return current
+
+    def _followed(self, oid: int, name: TableRef) -> TableState | None:
+        """The pipeline's table of relation ``oid`` (else of ``name``, when it has no OID yet)."""
+        known = [*self.tables.values(), *self.state.tables.values()]
+        found = next((ts for ts in known if ts.relation_id == oid), None)
+        if found is None:
+            named = self._table(str(name))
+            found = named if named is not None and named.relation_id is None else None
+        return None if found is None else self.tables.get(found.key, found)
 
     def feed(self, data: bytes, lens: np.ndarray) -> None:
         for table_version, table in self.batcher.feed_joined(data, lens):
@@ -195,7 +234,7 @@ class DecodeWriter:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
     def _add(self, table_version: TableVersion, data: pa.Table) -> None:
-        key = (str(table_version.table), table_version.version)
+        key = (str(self._table_of(table_version)), table_version.version)
         self.versions[key] = table_version
         self.pending.setdefault(key, []).append(data)
         self.pending_bytes += data.nbytes
@@ -203,6 +242,10 @@ class DecodeWriter:
         while self.pending_bytes >= self.part_bytes:
             largest = max(self.pending, key=lambda k: sum(t.nbytes for t in self.pending[k]))
             self._flush(largest)
+
+    def _table_of(self, tv: TableVersion) -> TableRef:
+        """The pipeline's name of the table (its name in the source may be another)."""
+        return self.keys[tv.relation.relation_id]
 
     def _flush(self, key: tuple[str, int]) -> None:
         tables = self.pending.pop(key)
@@ -218,7 +261,8 @@ class DecodeWriter:
         tv = self.versions[key]
         columns = self.version_columns.get(key) or columns_of(tv.relation)
         change = self.version_changes.get(key)
-        segment = self.changelog.write_segment(tv.table, tv.version, columns, data, part=part, change=change)
+        table = self._table_of(tv)
+        segment = self.changelog.write_segment(table, tv.version, columns, data, part=part, change=change)
         fail_point("after_segment_write")
         return segment
 

@@ -14,6 +14,7 @@ from airflow_provider_pgsync.errors import SlotError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
+from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import Init, PipelineState
 from airflow_provider_pgsync.state.store import StateStore, update_state
 
@@ -29,7 +30,11 @@ def _store(config: PipelineConfig, hook: PgReplicationHook) -> StateStore:
 def init_tables(config: PipelineConfig) -> dict[str, str]:
     """Record the slot the state is built from (when none is recorded yet) and put every table of
     the config that the state does not hold yet in phase Init; tables already there keep their
-    phase. Returns each config table's phase.
+    phase. Returns each config table's phase (by the config's name).
+
+    Each table's relation OID and current name in the source are recorded: a table renamed in the
+    source is followed by its OID, and the config may name it by its old or its new name (both
+    are the one table the pipeline keeps under the name it was set up with).
 
     A slot that is not the one the state was built from (dropped and created again by the
     setup's ``create_slot``, or replaced behind the pipeline's back) is adopted: capture goes
@@ -47,6 +52,10 @@ def init_tables(config: PipelineConfig) -> dict[str, str]:
 
     confirmed = info.confirmed_flush_lsn
 
+    store = _store(config, hook)
+    tables = [TableRef.parse(key) for key in config.table_keys]
+    followed = hook.follow_tables(tables, store.load(config.name))
+
     def change(state: PipelineState) -> PipelineState:
         problem = slot_problem(state, config.slot_name, info)
         if problem is not None:
@@ -63,23 +72,32 @@ def init_tables(config: PipelineConfig) -> dict[str, str]:
             state = state.with_new_slot(config.slot_name, confirmed)
         if state.slot_name is None:
             state = state.with_slot(config.slot_name, confirmed)
-        for key in config.table_keys:
+        for table in followed:
+            key = str(table.key)
             if key not in state.tables:
                 state = state.with_table_phase(key, Init())
+            ts = state.table(key)
+            if table.relation_id is not None and (ts.relation_id, ts.source_table) != (
+                table.relation_id,
+                table.source,
+            ):
+                state = state.with_table_source(key, table.relation_id, table.source)
         return state
 
-    store = _store(config, hook)
     state = store.load(config.name)
     if change(state) != state:  # a repeated setup saves nothing
         state = update_state(store, config.name, change)
-    extra = sorted(set(state.tables) - set(config.table_keys))
+    for table in followed:
+        if table.renamed:
+            log.info("pipeline %s: table %s is named %s in the source", config.name, table.key, table.source)
+    extra = sorted(set(state.tables) - {str(t.key) for t in followed})
     if extra:
         log.warning(
             "pipeline %s: the state holds tables the config no longer lists (%s); they are left as they are",
             config.name,
             ", ".join(extra),
         )
-    phases = {key: state.tables[key].phase.kind for key in config.table_keys}
+    phases = {str(t.config): state.tables[str(t.key)].phase.kind for t in followed}
     log.info("pipeline %s: table phases %s", config.name, phases)
     return phases
 

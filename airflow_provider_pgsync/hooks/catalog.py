@@ -222,3 +222,27 @@ def _describe_type(conn: psycopg.Connection[Any], oid: int, typmod: int, ndims: 
         if ps is not None:
             precision, scale = ps
     return PgType(name, base_name, typtype, precision=precision, scale=scale)
+
+
+# ---- tables followed by relation OID (state.followed) --------------------------------------
+
+
+def names_by_oid(conn: psycopg.Connection[Any], oids: Sequence[int]) -> dict[int, TableRef]:
+    """The current name of each relation OID of ``oids`` that exists."""
+    rows = conn.execute(
+        "SELECT c.oid::int8, n.nspname::text, c.relname::text FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::int8[]::oid[])",
+        (list(oids),),
+    ).fetchall()
+    return {int(oid): TableRef(schema, name) for oid, schema, name in rows}
+
+
+def oids_by_name(conn: psycopg.Connection[Any], tables: Sequence[TableRef]) -> dict[TableRef, int]:
+    """The relation OID of each table of ``tables`` that exists."""
+    rows = conn.execute(
+        "SELECT u.s, u.t, c.oid::int8 FROM unnest(%s::text[], %s::text[]) AS u(s, t)"
+        " JOIN pg_namespace n ON n.nspname = u.s"
+        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = u.t",
+        ([t.schema for t in tables], [t.name for t in tables]),
+    ).fetchall()
+    return {TableRef(schema, name): int(oid) for schema, name, oid in rows}

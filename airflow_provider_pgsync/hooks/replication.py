@@ -7,6 +7,7 @@ bounded peeks and advances. Decisions are made by pure modules (``source.preflig
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,13 @@ from airflow_provider_pgsync.errors import (
     SourceUnavailableError,
 )
 from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
-from airflow_provider_pgsync.hooks.catalog import desired_state, publication_state, table_facts
+from airflow_provider_pgsync.hooks.catalog import (
+    desired_state,
+    names_by_oid,
+    oids_by_name,
+    publication_state,
+    table_facts,
+)
 from airflow_provider_pgsync.hooks.run_locks import (
     APPLY_LOCK_CLASS,
     BASELINE_LOCK_CLASS,
@@ -44,9 +51,11 @@ from airflow_provider_pgsync.hooks.targets import Target, check_ssl_extras, make
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.preflight import SourceFacts, find_problems
-from airflow_provider_pgsync.source.publication import published_tables, table_list_sql
+from airflow_provider_pgsync.source.publication import PublishedTable, published_tables, table_list_sql
 from airflow_provider_pgsync.source.sessions import hold_open, set_statement_timeout, with_keepalives
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
+from airflow_provider_pgsync.state.followed import FollowedTable, follow
+from airflow_provider_pgsync.state.model import PipelineState
 
 # Every operation; changes of partitions arrive under the partitioned table configured.
 _PUBLICATION_OPTIONS = "publish = 'insert, update, delete, truncate', publish_via_partition_root = true"
@@ -199,6 +208,25 @@ class PgReplicationHook(PostgresHook):
                 conn.rollback()
             finally:
                 conn.close()
+
+    # ---- tables followed by relation OID -----------------------------------------------
+
+    def follow_tables(self, tables: Iterable[TableRef], state: PipelineState) -> list[FollowedTable]:
+        """Each of ``tables`` (as a config names them) matched to the table of ``state`` it is,
+        with its name in the source now (``state.followed.follow``)."""
+        wanted = list(tables)
+        oids = sorted({ts.relation_id for ts in state.tables.values() if ts.relation_id is not None})
+        with self.connect() as conn:
+            return follow(state, wanted, names_by_oid(conn, oids), oids_by_name(conn, wanted))
+
+    def source_specs(self, tables: Iterable[Any], state: PipelineState | None) -> tuple[PublishedTable, ...]:
+        """Table entries (``published_tables``) with each table under its name in the source now
+        (a table renamed in the source is followed by the relation OID ``state`` records)."""
+        specs = published_tables(tables)
+        if state is None:
+            return specs
+        followed = self.follow_tables((s.table for s in specs), state)
+        return tuple(dataclasses.replace(s, table=f.source) for s, f in zip(specs, followed, strict=True))
 
     # ---- preflight ---------------------------------------------------------------------
 

@@ -67,8 +67,7 @@ class PgBackfillOperator(PgBaselineOperator):
         self.filter_grammar = filter_grammar
 
     def execute(self, context: Context) -> dict[str, Any]:
-        spec_table = published_table(self.table)
-        key = table_key(spec_table.table)
+        key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
         lakes = [_backfill_lake(d) for d in self.destinations]
         if not lakes:
@@ -80,13 +79,22 @@ class PgBackfillOperator(PgBaselineOperator):
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
         )
+        name, spec_table = self._follow(hook, store, published_table(self.table))
+        key = str(name)
         store.load(self.pipeline).table(key).check_backfill()
         backfill_id = f"b{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
         try:
             with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
                 check_condition(conn, spec_table, condition, text)
                 spec = self._job_spec(
-                    hook, conn, spec_table, snapshot, lakes, condition=condition, stage_as=backfill_id
+                    hook,
+                    conn,
+                    spec_table,
+                    snapshot,
+                    lakes,
+                    condition=condition,
+                    stage_as=backfill_id,
+                    name=name,
                 )
                 if not spec.keys or len(spec.keys) == len(spec.columns):
                     raise ConfigError(
@@ -118,7 +126,7 @@ class PgBackfillOperator(PgBaselineOperator):
             )
             update_state(store, self.pipeline, lambda s: s.with_backfill(key, backfill))
         except BaseException:
-            _discard(lakes, spec_table.table, backfill_id)  # the table's state is untouched
+            _discard(lakes, name, backfill_id)  # the table's state is untouched
             raise
         self.log.info(
             "backfill %s %s: %s rows staged; the next cdc run applies them once capture passes %s",
@@ -169,7 +177,7 @@ def check_condition(
         if unknown:
             raise ConfigError(
                 f"{where}: table {table.table} has no column {', '.join(map(repr, unknown))}; its columns: "
-                f"{', '.join(names)} (a name with capitals or spaces goes in double quotes: \"Name\")"
+                f'{", ".join(names)} (a name with capitals or spaces goes in double quotes: "Name")'
             )
     else:
         _refuse_volatile(conn, condition, where)

@@ -36,6 +36,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
     pass_entry,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.source.row_condition import Condition
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
@@ -43,7 +44,6 @@ from airflow_provider_pgsync.state.model import (
     Errored,
     PipelineState,
     SyncDone,
-    table_key,
 )
 from airflow_provider_pgsync.state.store import StateStore, update_state
 from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
@@ -144,14 +144,14 @@ class PgBaselineOperator(BaseOperator):
         self._replicas = ReplicaBaselines([], self.log)  # this run's PostgreSQL destinations
 
     def execute(self, context: Context) -> dict[str, Any]:
-        spec_table = published_table(self.table)
-        key = table_key(spec_table.table)
         lakes = [_lake(d) for d in self.destinations if destination_kind(d) not in ("postgres", "custom")]
         lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
         )
+        name, spec_table = self._follow(hook, store, published_table(self.table))
+        key = str(name)
         ti = context.get("ti")
         restart = self.rebaseline or getattr(ti, "try_number", 1) > 1
         names = [destination_name(d) for d in self.destinations]
@@ -179,8 +179,10 @@ class PgBaselineOperator(BaseOperator):
                     spark = any(destination_kind(d) != "custom" for d in self.destinations)  # lakes, replicas
                     self._replicas = ReplicaBaselines(self.destinations, self.log)
                     if spark:
-                        spec = self._job_spec(hook, conn, spec_table, snapshot, lakes, lineage=lineage)
-                        spec = self._replicas.prepare(conn, spec_table, columns, spec)
+                        spec = self._job_spec(
+                            hook, conn, spec_table, snapshot, lakes, lineage=lineage, name=name
+                        )
+                        spec = self._replicas.prepare(conn, spec_table, columns, spec, name=name)
                         result = self._run_job(spec)
                     else:
                         self.log.info(
@@ -197,8 +199,9 @@ class PgBaselineOperator(BaseOperator):
                             result,
                             self.log,
                             spark_ran=spark,
+                            name=name,
                         )
-                self._replicas.finish(spec_table.table, result)
+                self._replicas.finish(name, result)
             except Exception as exc:
                 self._replicas.discard()
                 self._fail(store, key, names, lineage, exc)
@@ -265,6 +268,17 @@ class PgBaselineOperator(BaseOperator):
 
     # ---- steps
 
+    def _follow(
+        self, hook: PgReplicationHook, store: StateStore, table: PublishedTable
+    ) -> tuple[TableRef, PublishedTable]:
+        """The pipeline's name of ``table`` (its state key and destination tables) and its entry
+        under its name in the source now: a table renamed in the source is followed by the
+        relation OID the state records (``state.followed``)."""
+        followed = hook.follow_tables([table.table], store.load(self.pipeline))[0]
+        if followed.renamed:
+            self.log.info("table %s is named %s in the source (renamed there)", followed.key, followed.source)
+        return followed.key, dataclasses.replace(table, table=followed.source)
+
     def _job_spec(
         self,
         hook: PgReplicationHook,
@@ -276,9 +290,11 @@ class PgBaselineOperator(BaseOperator):
         condition: Condition | None = None,
         stage_as: str = "",
         lineage: str = "",
+        name: TableRef | None = None,
     ) -> BaselineJobSpec:
         """The Spark job's spec (for the lake destinations); for a backfill, the rows matching
-        ``condition``, staged under ``stage_as``."""
+        ``condition``, staged under ``stage_as``. ``table`` is read under its name in the source,
+        the destinations' tables are named ``name`` (default: the same)."""
         columns = table_columns(conn, table.table, table.columns)
         reads = spark_reads(columns, str(table.table))
         size, block_size, rows = relation_size(conn, table.table)
@@ -305,7 +321,7 @@ class PgBaselineOperator(BaseOperator):
             f"about {int(rows):,} rows" if rows > 0 else "row count not estimated yet (never analyzed)",
         )
         return BaselineJobSpec(
-            table=str(table.table),
+            table=str(name or table.table),
             jdbc_url=url,
             conninfo=hook.libpq_target(),
             user=user,

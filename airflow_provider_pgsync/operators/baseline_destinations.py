@@ -53,10 +53,17 @@ class ReplicaBaselines:
         self._passwords: list[PassEntry] = []  # of the destinations with one
 
     def prepare(
-        self, conn: Any, table: PublishedTable, columns: list[ColumnInfo], spec: BaselineJobSpec
+        self,
+        conn: Any,
+        table: PublishedTable,
+        columns: list[ColumnInfo],
+        spec: BaselineJobSpec,
+        *,
+        name: TableRef | None = None,
     ) -> BaselineJobSpec:
         """Create each destination's staging table; ``spec`` with their entries (the Spark job
-        copies into them) and the table's query of its columns as they are."""
+        copies into them) and the table's query of its columns as they are. ``table`` is read
+        under its name in the source; the destinations' table is named ``name`` (default: the same)."""
         if not self.configs:
             return spec
         entries = []
@@ -64,7 +71,7 @@ class ReplicaBaselines:
             # the staging table gets the source's types and generated columns, read in the snapshot
             destination = PostgresDestination.from_config(config, source=SourceCatalog(conn=conn))
             try:
-                staging = destination.prepare_baseline(table.table, columns, spec.lineage)
+                staging = destination.prepare_baseline(name or table.table, columns, spec.lineage)
                 parts = destination.baseline_parts
             finally:
                 destination.close()
@@ -158,11 +165,14 @@ def load_custom(
     log: logging.Logger | Any,
     *,
     spark_ran: bool,
+    name: TableRef | None = None,
 ) -> BaselineResult:
     """Each custom destination's baseline through ``load_baseline``: the table's rows read in the
     snapshot's transaction ``conn`` (as PostgreSQL text, like capture's changes), one pass per
     destination; ``result`` with their rows and entries. A destination that fails raises: the
-    whole baseline fails."""
+    whole baseline fails. ``table`` is read under its name in the source; the destinations are
+    given ``name`` (default: the same)."""
+    target = name or table.table
     written = list(result.written)
     rows = result.rows
     for config in configs:
@@ -172,14 +182,14 @@ def load_custom(
         started = time.monotonic()
         batches = text_batches(conn, table, columns)
         try:
-            destination.open_table(table.table, columns, 0)
-            count = destination.load_baseline(table.table, columns, batches, lineage)
+            destination.open_table(target, columns, 0)
+            count = destination.load_baseline(target, columns, batches, lineage)
         finally:
             batches.close()  # a COPY left part way is cancelled: the snapshot can be released
             destination.close()
         log.info(
             "baseline %s: %s rows loaded into destination %s in %.1f s",
-            table.table,
+            target,
             f"{count:,}",
             destination.name,
             time.monotonic() - started,

@@ -12,8 +12,11 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.followed import pipeline_name
 
 _SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
 
@@ -26,6 +29,10 @@ class PgCompactOperator(BaseOperator):
     :param tables: ``"schema.table"`` names. :param destination: the lake destination config
         (``{"kind": "lake", ...}``, the default lake when omitted).
     :param spark_conn_id, spark_conf, spark_submit_options: as for ``PgBaselineOperator``.
+    :param pipeline: the pipeline whose state maps a table's name in the source to the pipeline's
+        name of it (a config may name a table renamed in the source by its new name); with
+        ``postgres_conn_id``, ``state_backend``, ``state_conn_id``, ``state_schema`` as
+        ``PgCaptureOperator``'s. Without it, ``tables`` are the lake's table names.
     """
 
     template_fields: Sequence[str] = ("tables", "destination")
@@ -38,9 +45,19 @@ class PgCompactOperator(BaseOperator):
         spark_conn_id: str = "spark_default",
         spark_conf: Mapping[str, Any] | None = None,
         spark_submit_options: Mapping[str, Any] | None = None,
+        pipeline: str | None = None,
+        postgres_conn_id: str = "postgres_default",
+        state_backend: str = "variables",
+        state_conn_id: str | None = None,
+        state_schema: str = "pgsync",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.postgres_conn_id = postgres_conn_id
+        self.state_backend = state_backend
+        self.state_conn_id = state_conn_id
+        self.state_schema = state_schema
         if not tables:
             raise ConfigError("PgCompactOperator needs at least one table")
         self.tables = list(tables)
@@ -54,7 +71,7 @@ class PgCompactOperator(BaseOperator):
         if self.destination.get("kind", "lake") != "lake":
             raise ConfigError(f"PgCompactOperator compacts lake destinations, not {self.destination!r}")
         lake = LakeDestination.from_config(self.destination)
-        tables = [str(TableRef.parse(t)) for t in self.tables]
+        tables = self._lake_tables()
         conf = {
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_SPARK_DIR / 'log4j2.properties'}",
@@ -91,6 +108,19 @@ class PgCompactOperator(BaseOperator):
         if failed:
             raise DestinationError(f"compaction failed for {', '.join(failed)}; see the log above")
         return list(results)
+
+    def _lake_tables(self) -> list[str]:
+        """``tables`` as the lake names them: the pipeline's names (a table renamed in the source
+        keeps the name it was set up with)."""
+        tables = [str(TableRef.parse(t)) for t in self.tables]
+        if self.pipeline is None:
+            return tables
+        hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
+        store = open_state_store(
+            self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
+        )
+        state = store.load(self.pipeline)
+        return list(dict.fromkeys(pipeline_name(state, t) for t in tables))
 
     def on_kill(self) -> None:
         if self._submit is not None:

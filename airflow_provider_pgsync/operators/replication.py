@@ -11,10 +11,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_pgsync.errors import PgSyncError
 from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
-from airflow_provider_pgsync.source.publication import published_tables
+from airflow_provider_pgsync.source.publication import PublishedTable, published_tables
 
 
 class _SourceOperator(BaseOperator):
@@ -29,12 +31,62 @@ class _SourceOperator(BaseOperator):
         return PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
 
 
-class PgPreflightOperator(_SourceOperator):
+class _TablesOperator(_SourceOperator):
+    """Common arguments of operators that read ``tables`` in the source: with ``pipeline`` (and
+    its state store), a table renamed in the source is read under its name there, followed by
+    the relation OID the pipeline's state records (a config may name it by either name)."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: str | None = None,
+        state_backend: str = "variables",
+        state_conn_id: str | None = None,
+        state_schema: str = "pgsync",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.state_backend = state_backend
+        self.state_conn_id = state_conn_id
+        self.state_schema = state_schema
+
+    def source_tables(self, tables: Sequence[Any], *, tolerant: bool = False) -> tuple[PublishedTable, ...]:
+        """``tables`` parsed, each under its name in the source now (``tolerant``: the config's
+        names when the state cannot be read)."""
+        hook = self.hook
+        if self.pipeline is None:
+            return published_tables(tables)
+        store = open_state_store(
+            self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
+        )
+        try:
+            state = store.load(self.pipeline)
+        except PgSyncError as exc:
+            if not tolerant:
+                raise
+            # preflight may run before the state store is usable: its own checks come first
+            self.log.warning(
+                "cannot read the state of pipeline %s (%s): tables are checked under the config's names",
+                self.pipeline,
+                exc,
+            )
+            return published_tables(tables)
+        specs = hook.source_specs(tables, state)
+        for given, spec in zip(published_tables(tables), specs, strict=True):
+            if given.table != spec.table:
+                self.log.info("table %s is named %s in the source (renamed there)", given.table, spec.table)
+        return specs
+
+
+class PgPreflightOperator(_TablesOperator):
     """Fail with every problem (and its fix) that keeps the source from replicating ``tables``.
 
     :param slot_name: the replication slot the pipeline will use.
     :param publication_name: the publication the pipeline will use.
     :param tables: ``'schema.table'`` strings or ``{"table", "columns", "row_filter"}`` mappings.
+    :param pipeline: the pipeline whose state follows renamed tables (optional; with
+        ``state_backend``, ``state_conn_id``, ``state_schema`` as ``PgCaptureOperator``'s).
     """
 
     template_fields: Sequence[str] = ("slot_name", "publication_name", "tables")
@@ -49,14 +101,17 @@ class PgPreflightOperator(_SourceOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         facts = self.hook.preflight(
-            slot_name=self.slot_name, tables=self.tables, publication_name=self.publication_name
+            slot_name=self.slot_name,
+            tables=self.source_tables(self.tables, tolerant=True),
+            publication_name=self.publication_name,
         )
         tables = [str(t.table) for t in facts.tables]
         return {"server_version_num": facts.server_version_num, "tables": tables}
 
 
-class PgCreatePublicationOperator(_SourceOperator):
-    """Create the publication for ``tables``, or bring its table list up to date."""
+class PgCreatePublicationOperator(_TablesOperator):
+    """Create the publication for ``tables``, or bring its table list up to date (``pipeline``
+    and its state store: as ``PgPreflightOperator``)."""
 
     template_fields: Sequence[str] = ("publication_name", "tables")
 
@@ -71,7 +126,7 @@ class PgCreatePublicationOperator(_SourceOperator):
         # before the slot: every DDL the slot will decode is then reported in the stream
         with self.hook.connect() as conn:
             install_ddl_trigger(conn)
-        return self.hook.ensure_publication(self.publication_name, self.tables)
+        return self.hook.ensure_publication(self.publication_name, self.source_tables(self.tables))
 
 
 class PgCreateSlotOperator(_SourceOperator):

@@ -224,7 +224,8 @@ class PipelineConfig:
     def preflight_kwargs(self) -> dict[str, Any]:
         """Arguments of ``PgPreflightOperator`` (add ``task_id``)."""
         return {
-            "postgres_conn_id": self.source_conn_id,
+            "pipeline": self.name,
+            **self._source_and_state(),
             "slot_name": self.slot_name,
             "publication_name": self.publication_name,
             "tables": self.operator_tables(),
@@ -233,7 +234,8 @@ class PipelineConfig:
     def publication_kwargs(self) -> dict[str, Any]:
         """Arguments of ``PgCreatePublicationOperator``."""
         return {
-            "postgres_conn_id": self.source_conn_id,
+            "pipeline": self.name,
+            **self._source_and_state(),
             "publication_name": self.publication_name,
             "tables": self.operator_tables(),
         }
@@ -291,6 +293,8 @@ class PipelineConfig:
         return {
             lake.name: {
                 "tables": list(self.table_keys),
+                "pipeline": self.name,
+                **self._source_and_state(),
                 "destination": lake.to_mapping(),
                 **self._spark_kwargs(),
             }

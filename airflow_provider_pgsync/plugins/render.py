@@ -137,8 +137,13 @@ def render_tables(rows: Sequence[TableRow]) -> str:
             )
         else:
             details = _e(row.detail)
+        renamed = (
+            f'<div class="note renamed">renamed in the source to {_e(row.source_name)}</div>'
+            if row.source_name
+            else ""
+        )
         body.append(
-            f'<tr data-table="{_e(row.table)}"><td>{_e(row.table)}</td>'
+            f'<tr data-table="{_e(row.table)}"><td>{_e(row.table)}{renamed}</td>'
             f'<td class="phase phase-{_e(row.phase.replace(" ", "-"))}">{_e(row.phase)}</td>'
             f'<td class="num" title="{_e(row.rows_note)}">{_e(rows_text)}'
             f'<div class="note">{_e(row.rows_note)}</div></td>'

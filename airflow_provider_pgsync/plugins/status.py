@@ -80,6 +80,8 @@ class TableRow:
     retry: str = ""
     in_config: bool = True
     destinations: tuple[DestinationRow, ...] = ()
+    source_name: str = ""
+    """The table's name in the source when it was renamed there (the pipeline keeps ``table``)."""
 
     @property
     def errored(self) -> bool:
@@ -168,16 +170,25 @@ def table_rows(
     ``estimates`` maps a table key to ``pg_class.reltuples`` (None: no such table on the
     source); a missing mapping means the source could not be asked. ``destinations`` are the
     configured destinations' names (each table shows each of them, and any other the state has).
+    A config may name a table renamed in the source by its new name: it is the state's table
+    that records that source name, shown under the pipeline's name with the mapping.
     """
     if state is None:
         detail = "the state store could not be read (see the problems above), so the phase is unknown"
         return tuple(
             TableRow(key, UNKNOWN, *row_estimate(key, estimates), detail=detail) for key in config_tables
         )
-    keys = list(config_tables) + [k for k in state.tables if k not in config_tables]
+    by_source = {str(ts.source_name): ts.key for ts in state.tables.values() if ts.source_name}
+    configured = [k if k in state.tables else by_source.get(k, k) for k in config_tables]
+    estimated = dict(estimates or {})
+    for name, key in zip(config_tables, configured, strict=True):
+        if estimates is not None and name in estimates:
+            estimated[key] = estimates[name]  # the estimate of the name the config gives
+    keys = configured + [k for k in state.tables if k not in configured]
     rows = []
     for key in keys:
-        rows.append(_table_row(key, state, estimates, destinations, in_config=key in config_tables))
+        found = estimated if estimates is not None else None
+        rows.append(_table_row(key, state, found, destinations, in_config=key in configured))
     return tuple(rows)
 
 
@@ -215,6 +226,9 @@ def _table_row(
         setup += " once the source is reachable" if estimates is None else ""
         return TableRow(key, NOT_SET_UP, count, note, detail=setup)
     per_destination = destination_rows(ts, state, destinations)
+    renamed = str(ts.source_name) if ts.source_name else ""
+    if renamed and count is None and estimates is not None:
+        note = f"not estimated: the config names {key}, now {renamed} in the source"
     phase = ts.phase
     detail = ""
     if isinstance(phase, SyncDone):
@@ -239,8 +253,18 @@ def _table_row(
             phase.retry,
             in_config,
             per_destination,
+            renamed,
         )
-    return TableRow(key, phase.kind, count, note, detail, in_config=in_config, destinations=per_destination)
+    return TableRow(
+        key,
+        phase.kind,
+        count,
+        note,
+        detail,
+        in_config=in_config,
+        destinations=per_destination,
+        source_name=renamed,
+    )
 
 
 def row_estimate(key: str, estimates: Mapping[str, float | None] | None) -> tuple[int | None, str]:

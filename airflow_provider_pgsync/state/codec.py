@@ -180,6 +180,10 @@ def _table_json(ts: TableState) -> dict[str, Any]:
             **ts.ddl.flags_json(),
             "columns": None if ts.ddl.columns is None else [column_json(c) for c in ts.ddl.columns],
         }
+    if ts.relation_id is not None:
+        data["relation_id"] = ts.relation_id
+    if ts.source_name is not None:
+        data["source_name"] = str(ts.source_name)
     if ts.backfill is not None:
         b = ts.backfill
         data["backfill"] = {
@@ -222,6 +226,8 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
         change = SchemaChange.from_flags(ddl)
         if ddl.get("columns") is not None:
             change = replace(change, columns=tuple(column_of(c) for c in ddl["columns"]))
+    relation_id = data.get("relation_id")  # absent in states written before tables were followed by OID
+    source_name = data.get("source_name")
     return TableState(
         table=TableRef.parse(key),
         fallback=_read_phase(data["phase"]),
@@ -233,6 +239,8 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
             _str(name, "destination"): _read_destination(d)
             for name, d in data.get("destinations", {}).items()
         },
+        relation_id=None if relation_id is None else _int(relation_id, "relation_id"),
+        source_name=None if source_name is None else TableRef.parse(_str(source_name, "source_name")),
     )
 
 

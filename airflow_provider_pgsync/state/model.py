@@ -121,10 +121,24 @@ class TableState:
     destinations: Mapping[str, DestinationState] = field(default_factory=dict)
     ddl: SchemaChange | None = None
     """DDL the source's trigger reported since the last schema version (None: none)."""
+    relation_id: int | None = None
+    """The source table's relation OID (pg_class.oid): the table is followed by it through a
+    ``RENAME``. None in states written before it was recorded (capture records it)."""
+    source_name: TableRef | None = None
+    """The table's current name in the source when it differs from ``table`` (it was renamed
+    there); the pipeline keeps ``table`` as its name (key, destination tables, changelog)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, TableRef):
             raise StateError(f"TableState.table must be a TableRef, not {self.table!r}")
+        if self.relation_id is not None and (
+            isinstance(self.relation_id, bool)
+            or not isinstance(self.relation_id, int)
+            or self.relation_id <= 0
+        ):
+            raise StateError(f"table {self.table}: relation_id {self.relation_id!r} is not a positive OID")
+        if self.source_name == self.table:
+            object.__setattr__(self, "source_name", None)
         if self.schema_version < 0:
             raise StateError(f"table {self.table}: schema_version {self.schema_version} is negative")
         object.__setattr__(self, "columns", tuple(self.columns))
@@ -137,6 +151,15 @@ class TableState:
     @property
     def key(self) -> str:
         return str(self.table)
+
+    @property
+    def source_table(self) -> TableRef:
+        """The table's current name in the source (``table`` unless renamed there)."""
+        return self.source_name or self.table
+
+    def with_source(self, relation_id: int | None, source_name: TableRef) -> TableState:
+        """The table followed by relation OID ``relation_id``, named ``source_name`` in the source now."""
+        return replace(self, relation_id=relation_id, source_name=source_name)
 
     @property
     def phase(self) -> TablePhase:
@@ -332,6 +355,10 @@ class PipelineState:
                 "and run setup (it starts in phase Init)"
             ) from None
 
+    def table_by_relation_id(self, relation_id: int) -> TableState | None:
+        """The table followed by relation OID ``relation_id``, if any."""
+        return next((ts for ts in self.tables.values() if ts.relation_id == relation_id), None)
+
     # ---- changing (each returns a new state)
 
     def with_table_phase(self, table: TableRef | str, phase: TablePhase) -> PipelineState:
@@ -365,6 +392,13 @@ class PipelineState:
         ts = self.table(table).with_backfill(backfill)
         return replace(self, tables={**self.tables, ts.key: ts})
 
+    def with_table_source(
+        self, table: TableRef | str, relation_id: int | None, source_name: TableRef
+    ) -> PipelineState:
+        """Record the source's relation OID and current name of a table (see ``TableState``)."""
+        ts = self.table(table).with_source(relation_id, source_name)
+        return replace(self, tables={**self.tables, ts.key: ts})
+
     def without_table(self, table: TableRef | str) -> PipelineState:
         """The state without ``table`` (a no-op when it is not there)."""
         key = table_key(table)
@@ -383,7 +417,8 @@ class PipelineState:
         """Record one capture batch: its segments, the end LSN it reached and changed table schemas.
 
         A segment with the path of a known one replaces it (a re-run rewrites the same
-        segment). ``tables`` update columns and schema versions only, never phases.
+        segment). ``tables`` update columns, schema versions, the DDL seen since, and the source's
+        relation OID and name only, never phases.
         """
         if self.last_end_lsn is not None and last_end_lsn < self.last_end_lsn:
             raise StateError(
@@ -401,7 +436,14 @@ class PipelineState:
                     f"table {ts.key}: schema version would go back from {old.schema_version} to "
                     f"{ts.schema_version}; derive it from the stored state with TableState.with_columns"
                 )
-            updated[ts.key] = replace(old, schema_version=ts.schema_version, columns=ts.columns)
+            updated[ts.key] = replace(
+                old,
+                schema_version=ts.schema_version,
+                columns=ts.columns,
+                ddl=ts.ddl,
+                relation_id=ts.relation_id,
+                source_name=ts.source_name,
+            )
         return replace(self, last_end_lsn=last_end_lsn, segments=_ordered(by_path.values()), tables=updated)
 
     def with_watermark(self, destination: str, value: str) -> PipelineState:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from airflow_provider_pgsync.errors import ConfigError, PgSyncError, SlotError, StateError, TableErroredError
+from airflow_provider_pgsync.state.followed import pipeline_name
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import PHASES, Errored
 
@@ -234,7 +235,9 @@ def phase_event(state: PipelineState, table: str, target: str, *, where: str) ->
             f"pipeline {state.pipeline!r} has no saved state in {where}: run the pipeline's setup DAG "
             "first, or check the pipeline name and the state backend of the sensor"
         )
-    ts = state.table(table)  # StateError naming the pipeline when the table is not part of it
+    # a table renamed in the source may be named by its new name; StateError naming the
+    # pipeline when the table is not part of it
+    ts = state.table(pipeline_name(state, table))
     phase = ts.phase
     if isinstance(phase, Errored) and target != Errored.kind:
         raise TableErroredError(

@@ -10,6 +10,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.followed import pipeline_name
 from airflow_provider_pgsync.state.model import PipelineState, table_key, validate_pipeline_name
 from airflow_provider_pgsync.state.postgres_store import TABLE as STATE_TABLE
 from airflow_provider_pgsync.state.variable_store import VariableStateStore
@@ -105,7 +106,7 @@ class TablePhaseTrigger(PollingTrigger):
         )
         payload = phase_event(state, self.table, self.phase, where=where)
         if payload is None:
-            kind = state.table(self.table).phase.kind
+            kind = state.table(pipeline_name(state, self.table)).phase.kind
             self.log.info(
                 "table %s of pipeline %s is %s; waiting for %s", self.table, self.pipeline, kind, self.phase
             )

@@ -231,3 +231,15 @@ def test_a_replica_that_already_follows_answers_continue_again(
         "b2",
     ]
 
+
+
+def test_a_ddl_captured_before_any_change_under_it_is_kept_for_the_next_capture(
+    items: Pipeline, database: Database, replica: Database
+) -> None:
+    database.execute("ALTER TABLE items ADD COLUMN c text DEFAULT 'x'")
+    items.capture_until_idle()  # the DDL's message, no change of the table after it yet
+    assert items.state().table(ITEMS).ddl is not None
+    database.execute("INSERT INTO items (id, a) VALUES (500, 1)")
+    items.capture_until_idle()
+    assert apply_all(items, replica) == {ITEMS: Ready()}
+    assert rows(replica, ITEMS) == rows(database, ITEMS)

@@ -233,3 +233,25 @@ def test_each_destination_of_a_table_shows_its_phase_watermark_and_lag() -> None
     html = render_tables([row])
     assert 'data-destination="replica"' in html and "Remedy: rebaseline it" in html
     assert "applied to 0/F00/2" in html and "256 B behind capture" in html
+
+
+def test_a_table_renamed_in_the_source_is_shown_under_the_pipelines_name_with_the_mapping() -> None:
+    from airflow_provider_pgsync.plugins.render import render_tables
+    from airflow_provider_pgsync.source.names import TableRef
+
+    state = PipelineState("p").with_table_phase("public.s", Init()).with_table_phase("public.s", DataSync())
+    state = state.with_table_source("public.s", 42, TableRef("public", "s_new"))
+    # the config may name the table by its old or its new name: one row, in the config, either way
+    for name in ("public.s", "public.s_new"):
+        (row,) = table_rows([name], state, {name: 12.0})
+        assert (row.table, row.source_name, row.phase, row.in_config) == (
+            "public.s",
+            "public.s_new",
+            "DataSync",
+            True,
+        )
+    assert row.rows == 12
+    html = render_tables([row])
+    assert 'public.s<div class="note renamed">renamed in the source to public.s_new</div>' in html
+    (row,) = table_rows(["public.s"], state, {"public.s": None})
+    assert row.rows is None and "now public.s_new in the source" in row.rows_note
