@@ -133,8 +133,9 @@ class DecodeWriter:
         known = bool(current.columns) and all(c.attnum for c in current.columns)
         if read is not None and current.ddl is None and not known:
             catalog = read.columns  # only while nothing better is known (a first capture, an older state)
-            self.bootstrapped.add(key)
         updated, change = current.with_relation(columns_of(relation), catalog)
+        if catalog is not None and updated.columns == catalog:
+            self.bootstrapped.add(key)
         self.tables[key] = updated
         version = (key, updated.schema_version)
         self.version_columns[version] = updated.columns
@@ -170,28 +171,25 @@ class DecodeWriter:
         recorded: the table followed by that OID (renamed in the source or not), else the table of
         that name (in a state that has no OID for it yet)."""
         name = TableRef(relation.namespace, relation.relation_name)
-        known = [*self.tables.values(), *self.state.tables.values()]
-        found = next((ts for ts in known if ts.relation_id == relation.relation_id), None)
-        if found is None:
-            found = self.tables.get(str(name)) or self.state.tables.get(str(name))
-            if found is not None and found.relation_id is not None:
+        current = self._followed(relation.relation_id, name)
+        if current is None:
+            named = self._table(str(name))
+            if named is not None:
                 raise StateError(
                     f"table {name} (relation OID {relation.relation_id}) is in the publication, but "
-                    f"pipeline {self.state.pipeline!r} follows {found.key} as relation OID "
-                    f"{found.relation_id}: the table of that name was replaced; nothing was captured. If "
+                    f"pipeline {self.state.pipeline!r} follows {named.key} as relation OID "
+                    f"{named.relation_id}: the table of that name was replaced; nothing was captured. If "
                     "the followed table was dropped, run the pipeline's setup (it then follows the table "
                     "now of that name) and rebaseline the table; if it was renamed (the pipeline follows "
                     "it) and the new table was published by hand, remove the new one from the publication "
                     "and run the teardown and setup DAGs (a new slot; every table is baselined again)"
                 )
-        if found is None:
             raise StateError(
                 f"table {name} (relation OID {relation.relation_id}) is in the publication but not in "
                 f"pipeline {self.state.pipeline!r}; nothing was captured: run the pipeline's setup so "
                 "that its publication and its tables agree (add the table to the pipeline's tables, or "
                 "remove it from the publication)"
             )
-        current = self.tables.get(found.key, found)
         if current.relation_id != relation.relation_id or current.source_table != name:
             if current.source_table != name:
                 log.warning("table %s is named %s in the source now (renamed there)", current.key, name)

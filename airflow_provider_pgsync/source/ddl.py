@@ -23,8 +23,9 @@ from airflow_provider_pgsync.state.columns import VALUE_REWRITES, ColumnInfo
 
 DDL_PREFIX = "pgsync.ddl"
 REWRITE_PREFIX = "pgsync.rewrite"
-TRIGGER_SCHEMA = "pgsync"
-TRIGGERS = ("pgsync_ddl_end", "pgsync_table_rewrite")
+TRIGGER_SCHEMA = "pgsync_ddl"
+"""Where the trigger's functions live (not ``pgsync``: a role of that name would create its tables
+there, as ``$user`` comes first in the default search_path)."""
 
 # The live columns of table ``rel`` as pgoutput describes them (attnum order; key flags by the
 # replica identity: the primary key by default, the identity index, or every column for FULL),

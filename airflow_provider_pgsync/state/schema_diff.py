@@ -85,13 +85,20 @@ class SchemaDiff:
 
     def describe(self, type_name: Callable[[int, int], str] = lambda oid, mod: f"type OID {oid}") -> str:
         """What changed, in words, for logs and errors (types named by ``type_name(oid, typmod)``)."""
-        if self.unproven:
-            old = ", ".join(c.name for c in self.old)
-            new = ", ".join(c.name for c in self.new)
-            return f"columns changed from ({old}) to ({new}); {self.unproven}"
-
         def typed(c: ColumnInfo) -> str:
             return type_name(c.type_oid, c.type_modifier)
+
+        if self.unproven:  # by name only: a rename looks like a drop and an add
+            before, after = {c.name: c for c in self.old}, {c.name: c for c in self.new}
+            named = [f"column {c.name} ({typed(c)}) added" for c in self.new if c.name not in before]
+            named += [f"column {c.name} ({typed(c)}) dropped" for c in self.old if c.name not in after]
+            both = [(before[n], after[n]) for n in before.keys() & after.keys()]
+            named += [
+                f"column {b.name} changed type from {typed(a)} to {typed(b)}"
+                for a, b in both
+                if (a.type_oid, a.type_modifier) != (b.type_oid, b.type_modifier)
+            ]
+            return "; ".join([*named, f"columns not matched by identity: {self.unproven}"])
 
         parts = [f"column {a.name} renamed to {b.name}" for a, b in self.renamed]
         parts += [f"column {c.name} ({typed(c)}) added" + _fill_text(c) for c in self.added]
@@ -101,8 +108,8 @@ class SchemaDiff:
             old_key = ", ".join(c.name for c in self.old if c.is_key)
             new_key = ", ".join(c.name for c in self.new if c.is_key)
             parts.append(f"key changed from ({old_key}) to ({new_key})")
-        if self.rows_rewritten:
-            parts.append(self.rows_rewritten)
+        if self.rows_rewritten and not (self.retyped and self.change.rewrite == REWRITE_COLUMN):
+            parts.append(self.rows_rewritten)  # (a type change's rewrite goes without saying)
         return "; ".join(parts) or "the table's DDL changed no column"
 
 

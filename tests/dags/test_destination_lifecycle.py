@@ -170,3 +170,25 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
     lineages = {d: state.table("public.events").destination(d).lineage for d in ("lake", "replica")}
     assert lineages["lake"] == lineages["replica"] != "", "one baseline wrote both destinations"
     _equal_everywhere(pipeline, database, replica, lake)
+
+    # a constant default for older rows and a rename: the replica follows both in place (older
+    # rows get the default, the values keep their column); the lake goes back to baseline
+    before = triggered_baselines(pipeline)
+    with writer(database, 4):
+        database.execute("ALTER TABLE accounts ADD COLUMN flag text DEFAULT 'x'")
+        database.execute("UPDATE accounts SET flag = 'y' WHERE id <= 10")
+        database.execute("ALTER TABLE accounts RENAME COLUMN flag TO flag2")
+    cdc = pipeline.run("cdc")
+    assert str(cdc.state) == "failed" and task_states(cdc)["outcome"] == "failed", task_states(cdc)
+    assert _phases(pipeline)[("public.accounts", "replica")] == "Ready"
+    assert _phases(pipeline)[("public.accounts", "lake")] == "Init"
+    assert [conf for _, conf in triggered_baselines(pipeline)[len(before) :]] == [
+        {"tables": ["public.accounts"], "destinations": ["lake"], "mode": "rebaseline"}
+    ]
+    assert rows(replica, "public.accounts") == rows(database, "public.accounts")
+    again = pipeline.run("baseline", run_conf={"tables": ["public.accounts"], "destinations": ["lake"]})
+    assert str(again.state) == "success", task_states(again)
+    cdc = pipeline.run("cdc")
+    assert task_states(cdc) == CDC_GREEN, task_states(cdc)
+    assert set(_phases(pipeline).values()) == {"Ready"}
+    _equal_everywhere(pipeline, database, replica, lake)

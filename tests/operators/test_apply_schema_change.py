@@ -87,6 +87,7 @@ def test_fail_leaves_each_destination_errored_without_retry(
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
     _handed_off(pipeline, database, ["good", "picky"])
     database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
+    pipeline.capture_until_idle()  # the columns' identities known before the DDL
     database.execute("ALTER TABLE items ALTER COLUMN b TYPE text")
     database.execute("UPDATE items SET b = 'x' WHERE id = 1")
 

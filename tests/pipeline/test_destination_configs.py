@@ -77,7 +77,12 @@ def test_the_postgres_destination_takes_its_config(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(replication_module, "PgReplicationHook", Hook)
     config = PostgresDestinationConfig("replica_db", name="replica", control_schema="ctl", fillfactor=100)
     destination = Recorded.from_config(config.to_mapping())
-    assert destination.kwargs == {"name": "replica", "control_schema": "ctl", "fillfactor": 100}
+    assert destination.kwargs == {
+        "name": "replica",
+        "control_schema": "ctl",
+        "fillfactor": 100,
+        "source": None,
+    }
     # TCP keepalives: pgsync's defaults, except where the connection's extras set their own
     assert conninfo_to_dict(destination.conninfo) == {
         "host": "replica",
