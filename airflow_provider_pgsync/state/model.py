@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_pgsync.errors import ConfigError, StateError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef, validate_slot_name
+from airflow_provider_pgsync.state.backfill import Backfill
 from airflow_provider_pgsync.state.columns import VALUE_REWRITES, ColumnInfo, SchemaChange, same_shape
 from airflow_provider_pgsync.state.destination import DestinationState, check_destination_name
 from airflow_provider_pgsync.state.phases import (
@@ -29,10 +30,10 @@ from airflow_provider_pgsync.state.phases import (
     SyncDone,
     TablePhase,
     check_transition,
-    check_xid,
     table_key,
     worst,
 )
+from airflow_provider_pgsync.state.segment import SegmentInfo
 
 __all__ = [
     "FORMAT",
@@ -63,43 +64,6 @@ _PIPELINE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 
 
 # ---- tables and segments ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backfill:
-    """Rows of a Ready table re-read from exported snapshot ``snapshot`` (those matching
-    ``condition``; empty: all) and staged for apply, which merges them into each destination
-    of ``staged`` (destination name -> staged location) once capture has passed
-    ``baseline_lsn``; ``applied`` names the destinations that have them.
-
-    ``xmin``, ``xmax`` and ``xip`` are the snapshot's parts, as for ``SyncDone``: a change of a
-    transaction the snapshot saw is in the staged rows, one it did not see is newer than them.
-    """
-
-    id: str
-    condition: str
-    snapshot: str
-    baseline_lsn: LSN
-    xmin: int
-    xmax: int
-    xip: tuple[int, ...]
-    staged: Mapping[str, str]
-    rows: int = 0
-    applied: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        # the same checks as a baseline's snapshot
-        SyncDone(self.snapshot, self.baseline_lsn, self.xmin, self.xmax, self.xip)
-        if not self.id or not self.staged:
-            raise StateError(f"backfill {self.id!r} needs an id and at least one staged destination")
-        object.__setattr__(self, "xip", tuple(sorted(set(self.xip))))
-        object.__setattr__(self, "staged", dict(self.staged))
-        object.__setattr__(self, "applied", tuple(sorted(set(self.applied))))
-
-    @property
-    def pending(self) -> tuple[str, ...]:
-        """The destinations that do not have the rows yet."""
-        return tuple(name for name in self.staged if name not in self.applied)
 
 
 @dataclass(frozen=True)
@@ -275,39 +239,6 @@ class TableState:
             return replace(self, columns=columns, ddl=None), SchemaChange()
         change = replace(pending, columns=None)
         return replace(self, columns=columns, schema_version=self.schema_version + 1, ddl=None), change
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """A durable changelog segment: one table and schema version, with its LSN and xid ranges.
-
-    ``xid_bits`` is 64 for segments whose xids capture widened to 64 bits, 32 for segments
-    written before (pgoutput's xids, compared modulo 2^32).
-    """
-
-    path: str
-    table: str
-    schema_version: int
-    first_commit_lsn: LSN
-    last_commit_lsn: LSN
-    min_xid: int
-    max_xid: int
-    rows: int
-    xid_bits: int = 32
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "table", table_key(self.table))
-        check_xid(self.min_xid, f"segment {self.path} min_xid")
-        check_xid(self.max_xid, f"segment {self.path} max_xid")
-        if not self.path or self.rows < 0 or self.schema_version < 0:
-            raise StateError(f"segment {self.path!r} needs a path, rows >= 0 and schema_version >= 0")
-        if self.xid_bits not in (32, 64):
-            raise StateError(f"segment {self.path}: xid_bits {self.xid_bits!r} must be 32 or 64")
-        if self.first_commit_lsn > self.last_commit_lsn or self.min_xid > self.max_xid:
-            raise StateError(
-                f"segment {self.path}: ranges are reversed (LSN {self.first_commit_lsn}.."
-                f"{self.last_commit_lsn}, xid {self.min_xid}..{self.max_xid})"
-            )
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
