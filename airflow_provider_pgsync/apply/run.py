@@ -91,8 +91,10 @@ def apply_table(
     watermark = destination.watermark(table)
     if isinstance(phase, SyncDone) and watermark is None:
         segments = handoff_segments(segments, phase)
-    versions = _columns_by_version(changelog, segments)
-    started = _changes_by_version(changelog, kept)  # a version's first segment may be before the hand-off
+    # read from each version's first segment, which may be before the hand-off
+    columns_of_version, started = _versions(changelog, kept)
+    handed = {s.schema_version for s in segments}
+    versions = {v: c for v, c in columns_of_version.items() if v in handed}
     known = _version_at(segments, watermark)
     if known is not None or versions:
         first = known if known is not None else min(versions)
@@ -239,21 +241,19 @@ def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
-def _columns_by_version(changelog: Changelog, segments: Sequence[SegmentInfo]) -> dict[int, list[ColumnInfo]]:
-    out: dict[int, list[ColumnInfo]] = {}
+def _versions(
+    changelog: Changelog, segments: Sequence[SegmentInfo]
+) -> tuple[dict[int, list[ColumnInfo]], dict[int, SchemaChange]]:
+    """The columns of each schema version and the DDL it started with, from the metadata of its
+    first segment (``segments`` in order; one read per version)."""
+    columns: dict[int, list[ColumnInfo]] = {}
+    changes: dict[int, SchemaChange] = {}
     for seg in segments:
-        if seg.schema_version not in out:
-            out[seg.schema_version] = columns_of(changelog.segment_metadata(seg.path), seg.path)
-    return out
-
-
-def _changes_by_version(changelog: Changelog, segments: Sequence[SegmentInfo]) -> dict[int, SchemaChange]:
-    """The DDL each schema version started with, kept by its first segment (``segments`` in order)."""
-    out: dict[int, SchemaChange] = {}
-    for seg in segments:
-        if seg.schema_version not in out:
-            out[seg.schema_version] = change_of(changelog.segment_metadata(seg.path), seg.path)
-    return out
+        if seg.schema_version not in columns:
+            meta = changelog.segment_metadata(seg.path)
+            columns[seg.schema_version] = columns_of(meta, seg.path)
+            changes[seg.schema_version] = change_of(meta, seg.path)
+    return columns, changes
 
 
 def _version_at(segments: Sequence[SegmentInfo], watermark: Key | None) -> int | None:
