@@ -8,13 +8,21 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.pgsync-installed
 
-.PHONY: demo ui test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
+.PHONY: demo ui airflow airflow-stop test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
 
 demo: deps venv
 	$(PY) dev/demo.py
 
 ui: deps venv
 	$(PY) dev/ui.py
+
+# a real deployment (scheduler, dag-processor, triggerer, API server; LocalExecutor; metadata in
+# PostgreSQL) over the demo pipeline, logs under .dev/airflow/logs
+airflow: deps venv
+	$(PY) dev/deployment.py start
+
+airflow-stop: venv
+	$(PY) dev/deployment.py stop
 
 test: deps venv lint typecheck pytest
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from pgcluster import REPO, dev_cluster
+from pgcluster import REPO, Cluster, dev_cluster
 
 DEMO_DB = "pgsync_demo"
 CONN_ID = "pgsync_demo_source"
@@ -134,7 +134,8 @@ class Writer(threading.Thread):
             raise RuntimeError(f"the demo writer failed: {self.error}") from self.error
 
 
-def write_config(path: Path) -> None:
+def write_config(path: Path, *, cdc: str = "null", compact: str = "null") -> None:
+    """The demo pipeline's config; ``cdc`` and ``compact`` are YAML schedules (manual by default)."""
     path.write_text(
         f"""# the demo pipeline (dev/demo.py); passwords live in the Airflow connection
 pipelines:
@@ -146,9 +147,22 @@ pipelines:
         warehouse: {DEMO / "lake"}
     state: {{backend: postgres}}
     changelog: {{uri: {DEMO / "changelog"}}}
-    schedules: {{cdc: null, compact: null}}
+    schedules: {{cdc: {cdc}, compact: {compact}}}
 """
     )
+
+
+def prepare_demo_source(cluster: Cluster, *, keep: bool = False) -> str:
+    """Start the cluster and (re)create database ``pgsync_demo`` with the demo's tables and rows;
+    with ``keep``, an existing database stays as it is. Its conninfo."""
+    cluster.start()
+    if not (keep and cluster.has_database(DEMO_DB)):
+        cluster.drop_database(DEMO_DB)
+        cluster.create_database(DEMO_DB)
+        with psycopg.connect(cluster.conninfo(DEMO_DB), autocommit=True) as conn:
+            conn.execute(SCHEMA)
+    print(f"demo: database {DEMO_DB} at {cluster.url(DEMO_DB)}: customers, orders, events")
+    return cluster.conninfo(DEMO_DB)
 
 
 def fresh_airflow() -> Any:
@@ -230,13 +244,7 @@ def main() -> int:
     os.environ["PGSYNC_CONFIG"] = str(DEMO / "pgsync.yaml")
 
     cluster = dev_cluster()
-    cluster.start()
-    cluster.drop_database(DEMO_DB)
-    cluster.create_database(DEMO_DB)
-    conninfo = cluster.conninfo(DEMO_DB)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(SCHEMA)
-    print(f"demo: database {DEMO_DB} at {cluster.url(DEMO_DB)}: customers, orders, events")
+    conninfo = prepare_demo_source(cluster)
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = cluster.url(DEMO_DB, with_password=True)
     write_config(DEMO / "pgsync.yaml")
     bag = fresh_airflow()

@@ -269,6 +269,11 @@ class Cluster:
         secret = f":{dev_password()}" if with_password else ""
         return f"postgresql://{SUPERUSER}{secret}@127.0.0.1:{self.port}/{dbname}"
 
+    def has_database(self, name: str) -> bool:
+        with psycopg.connect(self.conninfo("postgres"), autocommit=True) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        return found is not None
+
     def create_database(self, name: str) -> None:
         with psycopg.connect(self.conninfo("postgres"), autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name)))

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_pgsync.capture.columns import join_payloads
-from airflow_provider_pgsync.capture.failpoints import fail_point
+from airflow_provider_pgsync.capture.failpoints import fail_point, pause_point
 from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
 from airflow_provider_pgsync.errors import ConfigError, SlotError
@@ -142,6 +142,7 @@ def _capture(
                 progress.report(len(payloads), len(data))
         fail_point("after_peek")
         decoded = decoder.finish()
+        pause_point("capture_before_state_write")  # segments written; state and slot not yet moved
 
         idle = decoded.payloads < settings.max_changes
         target = _advance_target(decoded, idle, upto)

@@ -12,6 +12,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
 from airflow_provider_pgsync.apply.schema_change import check_on_schema_change, rebaseline_remedy
+from airflow_provider_pgsync.capture.failpoints import pause_point
 from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
@@ -126,6 +127,7 @@ class PgApplyOperator(BaseOperator):
             self._find_dead_baselines(hook, run, state)
             for config in self.destinations:
                 self._apply_destination(run, state, config, hook)
+            pause_point("apply_before_state_write")
             lock.ensure_held()  # a run that lost its lock records nothing (another may run now)
             saved = update_state(store, self.pipeline, run.record)
             self._discard_backfills(run, state)
