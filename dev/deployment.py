@@ -35,6 +35,7 @@ HEALTHY = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 AIRFLOW = REPO / ".venv" / "bin" / "airflow"
 DEFAULT_HOME = REPO / ".dev" / "airflow"
 DEFAULT_PORT = 8080
+API_TIMEOUT_S = 120  # a busy 2-core machine (Spark jobs, task processes) answers slowly
 
 
 class DeploymentError(RuntimeError):
@@ -56,6 +57,7 @@ class Deployment:
     metadata_db: str = "airflow_meta"
     env: dict[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    _bearer: str | None = field(default=None, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -196,9 +198,11 @@ class Deployment:
     # -- the REST API (what a user does in the UI) ------------------------------------------
 
     def _token(self) -> str:
-        with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=10) as response:
-            token: str = json.load(response)["access_token"]
-        return token
+        """A token of the all-admins login, fetched once (it lasts a day)."""
+        if self._bearer is None:
+            with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=API_TIMEOUT_S) as response:
+                self._bearer = str(json.load(response)["access_token"])
+        return self._bearer
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call ``/api/v2/<path>``; the parsed JSON answer."""
@@ -209,7 +213,7 @@ class Deployment:
             headers={"Authorization": f"Bearer {self._token()}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:2000]
