@@ -16,10 +16,16 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
-from airflow_provider_pgsync.triggers.checks import slot_missing
+from airflow_provider_pgsync.triggers.checks import check_positive, slot_missing
 from airflow_provider_pgsync.triggers.connection import connect
 from airflow_provider_pgsync.triggers.probes import acount_pending, aread_slot_lag
-from airflow_provider_pgsync.triggers.run_gate import Observation, RunGate, check_on_changes, check_seconds
+from airflow_provider_pgsync.triggers.run_gate import (
+    DEFAULT_WAL_BYTES,
+    Observation,
+    RunGate,
+    check_on_changes,
+    check_seconds,
+)
 
 DEFAULT_POLL_INTERVAL = 5.0
 """Seconds between two polls of the watcher (cut to ``max_wait`` when that is shorter)."""
@@ -31,8 +37,9 @@ class PendingChangesEventTrigger(BaseEventTrigger):
     Every ``poll_interval`` seconds it reads the slot's ``confirmed_flush_lsn`` and counts
     the pending changes of ``publication_name`` with the sensors' bounded peek (nothing is
     consumed; a peek that would meet a running capture is skipped). It yields an event
-    (``reason`` ``changes`` | ``messages`` | ``max_wait``, the counts, the slot position,
-    the last poll error) when ``on_changes`` changes are pending, or when ``max_wait``
+    (``reason`` ``changes`` | ``messages`` | ``wal`` | ``max_wait``, the counts, the slot
+    position, the last poll error) when ``on_changes`` changes are pending, when the slot has
+    ``wal_bytes`` of WAL past its confirmed position (without peeking it), or when ``max_wait``
     seconds passed since its last event, counted or not; after a changes event it waits for
     a capture to move the slot before it counts again (``triggers.run_gate``). A failed
     poll (an unreachable source, a missing slot) is logged as a warning and the trigger
@@ -55,6 +62,7 @@ class PendingChangesEventTrigger(BaseEventTrigger):
         on_changes: int,
         max_wait: float,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        wal_bytes: int = DEFAULT_WAL_BYTES,
     ) -> None:
         super().__init__()
         self.slot_name = validate_slot_name(slot_name)
@@ -63,6 +71,7 @@ class PendingChangesEventTrigger(BaseEventTrigger):
         self.on_changes = check_on_changes(on_changes)
         self.max_wait = check_seconds(max_wait, "max_wait")
         self.poll_interval = check_seconds(poll_interval, "poll_interval")
+        self.wal_bytes = check_positive(wal_bytes, "wal_bytes")
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """The classpath and keyword arguments (names, numbers and the connection id only)."""
@@ -73,11 +82,18 @@ class PendingChangesEventTrigger(BaseEventTrigger):
             "on_changes": self.on_changes,
             "max_wait": self.max_wait,
             "poll_interval": self.poll_interval,
+            "wal_bytes": self.wal_bytes,
         }
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll forever; yield an event each time a cdc run is due. Never raises for a poll."""
-        gate = RunGate(self.slot_name, self.on_changes, self.max_wait, last_event=time.monotonic())
+        gate = RunGate(
+            self.slot_name,
+            self.on_changes,
+            self.max_wait,
+            last_event=time.monotonic(),
+            wal_bytes=self.wal_bytes,
+        )
         last_error: str | None = None
         while True:
             seen = await self._observe(gate)
@@ -99,6 +115,7 @@ class PendingChangesEventTrigger(BaseEventTrigger):
     async def _observe(self, gate: RunGate) -> Observation:
         """One poll: the slot's position, and the count unless the gate holds; errors as text."""
         confirmed: LSN | None = None
+        wal: int | None = None
         try:
             app = f"pgsync cdc watcher {self.slot_name}"
             async with await connect(self.postgres_conn_id, application_name=app) as conn:
@@ -107,9 +124,12 @@ class PendingChangesEventTrigger(BaseEventTrigger):
                     raise slot_missing(self.slot_name)
                 if lag.confirmed_flush_lsn is not None:
                     confirmed = LSN.parse(lag.confirmed_flush_lsn)
-                if not gate.counting(confirmed):
-                    return Observation(confirmed)
+                wal = lag.unconfirmed_bytes
+                if not gate.counting(confirmed, wal):
+                    return Observation(confirmed, unconfirmed_bytes=wal)
                 count = await acount_pending(conn, self.slot_name, self.publication_name, self.on_changes)
         except Exception as exc:  # any failed poll is logged, and max_wait still fires
-            return Observation(confirmed, error=f"{type(exc).__name__}: {str(exc).strip()}")
-        return Observation(confirmed, count)
+            return Observation(
+                confirmed, error=f"{type(exc).__name__}: {str(exc).strip()}", unconfirmed_bytes=wal
+            )
+        return Observation(confirmed, count, unconfirmed_bytes=wal)

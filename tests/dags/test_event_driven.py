@@ -32,6 +32,7 @@ KWARGS = {
     "on_changes": 500,
     "max_wait": 30.0,
     "poll_interval": 2.0,
+    "wal_bytes": 64 * 2**20,
 }
 
 

@@ -123,6 +123,27 @@ def test_requests_a_run_every_max_wait_when_idle_and_only_peeks(source: Source) 
     assert source.confirmed_flush_lsn() == source.creation_lsn, "the watcher must only peek"
 
 
+def test_a_wal_backlog_requests_a_run_without_peeking_it(source: Source) -> None:
+    source.execute("CREATE TABLE other (id int, pad text)")
+
+    async def scenario() -> dict[str, Any]:
+        watching = Watching(_trigger(source, 1000, max_wait=600, wal_bytes=2**20))
+        try:
+            await watching.assert_quiet()
+            # about 5 MB of WAL of an unpublished table: nothing to count, much to decode
+            await source.aexecute(
+                "INSERT INTO other SELECT g, repeat('x', 500) FROM generate_series(1, 10000) g"
+            )
+            return await watching.event()
+        finally:
+            await watching.stop()
+
+    payload = run_async(scenario)
+
+    assert (payload["reason"], payload["pending_changes"]) == ("wal", None)
+    assert payload["unconfirmed_bytes"] >= 2**20
+
+
 def test_a_failing_poll_is_logged_and_max_wait_still_requests_runs(
     source: Source, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -186,6 +207,7 @@ def test_serialized_kwargs_are_stable_names_and_numbers_only(source: Source) -> 
         "on_changes": 500,
         "max_wait": 60.0,
         "poll_interval": POLL,
+        "wal_bytes": 64 * 2**20,
     }
     assert password not in json.dumps(kwargs) and password not in repr(trigger)
     again = import_string(classpath)(**kwargs)
@@ -202,6 +224,7 @@ def test_serialized_kwargs_are_stable_names_and_numbers_only(source: Source) -> 
         ({"on_changes": 0}, "on_changes"),
         ({"max_wait": -1}, "max_wait"),
         ({"poll_interval": 0}, "poll_interval"),
+        ({"wal_bytes": 0}, "wal_bytes"),
     ],
 )
 def test_bad_arguments_are_config_errors(source: Source, kwargs: dict[str, Any], fragment: str) -> None:

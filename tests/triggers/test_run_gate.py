@@ -40,6 +40,7 @@ def test_fires_for_changes_once_enough_are_pending() -> None:
         "pending_changes": 10,
         "messages": 30,
         "busy": None,
+        "unconfirmed_bytes": None,
         "holding": False,
         "confirmed_flush_lsn": "0/1000",
         "poll_error": None,
@@ -114,6 +115,21 @@ def test_a_peek_full_to_its_message_bound_fires_messages() -> None:
     assert gate.held_at == P0
 
 
+def test_a_wal_backlog_fires_wal_without_a_count_and_holds() -> None:
+    gate = RunGate("s", 10, 60.0, last_event=100.0, wal_bytes=1000)
+    assert gate.counting(P0, 999)
+    assert not gate.counting(P0, 1000), "too much WAL to peek at every poll"
+    payload = gate.decide(101.0, Observation(P0, unconfirmed_bytes=1000))
+    assert payload is not None
+    assert (payload["reason"], payload["unconfirmed_bytes"], payload["pending_changes"]) == (
+        "wal",
+        1000,
+        None,
+    )
+    assert gate.decide(102.0, Observation(P0, unconfirmed_bytes=5000)) is None  # holds until the slot moves
+    assert _reason(gate.decide(103.0, Observation(P1, unconfirmed_bytes=5000))) == "wal"
+
+
 def test_an_unknown_position_does_not_release_the_hold() -> None:
     gate = _gate()
     gate.decide(101.0, _seen(10))
@@ -137,9 +153,10 @@ def test_next_sleep_is_cut_to_max_wait() -> None:
         ({"max_wait": 0}, "max_wait must be a positive number of seconds"),
         ({"max_wait": float("nan")}, "max_wait"),
         ({"max_wait": float("inf")}, "max_wait"),
+        ({"wal_bytes": 0}, "wal_bytes must be an integer of at least 1"),
     ],
 )
 def test_bad_settings_are_config_errors(kwargs: dict[str, Any], fragment: str) -> None:
     settings: dict[str, Any] = {"on_changes": 10, "max_wait": 60.0, **kwargs}
     with pytest.raises(ConfigError, match=fragment):
-        RunGate("s", settings["on_changes"], settings["max_wait"], last_event=0.0)
+        RunGate("s", last_event=0.0, **settings)
