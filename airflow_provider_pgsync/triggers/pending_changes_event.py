@@ -8,6 +8,7 @@ schedules on its Asset, and every event it yields is an asset event that queues 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,7 +44,9 @@ class PendingChangesEventTrigger(BaseEventTrigger):
     seconds passed since its last event, counted or not; after a changes event it waits for
     a capture to move the slot before it counts again (``triggers.run_gate``). A failed
     poll (an unreachable source, a missing slot) is logged as a warning and the trigger
-    goes on: the run that ``max_wait`` still requests fails naming the cause and remedy.
+    goes on: the run that ``max_wait`` still requests fails naming the cause and remedy. A
+    poll is cut short at ``max_wait`` (at least 1 s), so a source that does not answer
+    delays no request.
 
     Serialized arguments are names, numbers and the connection id, fixed by the pipeline
     config: Airflow identifies a watcher's trigger by them, so they must not change from
@@ -96,7 +99,12 @@ class PendingChangesEventTrigger(BaseEventTrigger):
         )
         last_error: str | None = None
         while True:
-            seen = await self._observe(gate)
+            # a poll that hangs (a black-holed host, a stuck query) must not hold max_wait back
+            limit = max(1.0, gate.next_sleep(time.monotonic(), math.inf))
+            try:
+                seen = await asyncio.wait_for(self._observe(gate), limit)
+            except TimeoutError:
+                seen = Observation(error=f"no answer from the source within {limit:.0f}s")
             if seen.error is not None and seen.error != last_error:
                 self.log.warning(
                     "pending-changes watcher of slot %s: poll failed: %s; a cdc run is still requested "

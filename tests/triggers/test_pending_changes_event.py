@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -191,6 +192,35 @@ def test_an_unreachable_source_does_not_end_the_trigger(
     assert payload["reason"] == "max_wait"
     assert "SourceUnavailableError" in payload["poll_error"] and "pgsync_nowhere" in payload["poll_error"]
     assert dev_password() not in payload["poll_error"]
+
+
+def test_a_source_that_never_answers_does_not_hold_max_wait_back(
+    source: Source, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        cluster = source.database.cluster
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_PGSYNC_SILENT",
+            cluster.url(source.database.name).replace(f":{cluster.port}/", f":{port}/"),
+        )
+        trigger = _trigger(source, 1, max_wait=1.0, postgres_conn_id="pgsync_silent", poll_interval=0.5)
+
+        async def scenario() -> list[tuple[float, dict[str, Any]]]:
+            started = time.monotonic()
+            watching = Watching(trigger)
+            try:
+                return [(time.monotonic() - started, await watching.event(timeout=10)) for _ in range(2)]
+            finally:
+                await watching.stop()
+
+        events = run_async(scenario)
+
+    assert [p["reason"] for _, p in events] == ["max_wait", "max_wait"]
+    assert events[0][1]["poll_error"] == "no answer from the source within 1s"
+    assert events[1][0] < 5, events
 
 
 def test_serialized_kwargs_are_stable_names_and_numbers_only(source: Source) -> None:
