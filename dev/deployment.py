@@ -98,6 +98,8 @@ class Deployment:
             # a development deployment on 127.0.0.1 only: everyone is admin
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base_url}/execution/",
+            # a task's calls to the execution API wait through a busy machine (default 5 s)
+            AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="60",
             AIRFLOW__API__BASE_URL=self.base_url,
             AIRFLOW__API__SECRET_KEY=self._secret("api_secret_key"),
             AIRFLOW__API_AUTH__JWT_SECRET=self._secret("jwt_secret"),

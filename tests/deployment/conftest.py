@@ -37,7 +37,7 @@ INSERT INTO notes SELECT g % 50, 'note ' || g FROM generate_series(1, 500) g;
 """
 
 
-RETRIES = ""  # TODO merge: ", retries: 2, retry_delay: 2s"
+RETRIES = ", retries: 2, retry_delay: 2s"
 
 
 def config_yaml(changelog: Path, cdc: str) -> str:
