@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_provider_pgsync.hooks.run_locks import PEEK_WATCHER_APP
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.triggers.checks import check_positive, slot_missing
@@ -125,7 +126,7 @@ class PendingChangesEventTrigger(BaseEventTrigger):
         confirmed: LSN | None = None
         wal: int | None = None
         try:
-            app = f"pgsync cdc watcher {self.slot_name}"
+            app = f"{PEEK_WATCHER_APP} {self.slot_name}"
             async with await connect(self.postgres_conn_id, application_name=app) as conn:
                 lag = await aread_slot_lag(conn, self.slot_name)
                 if lag is None:
