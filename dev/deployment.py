@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
 
     deployment.home.mkdir(parents=True, exist_ok=True)
     prepare_demo_source(deployment.cluster, keep=True)
-    write_config(deployment.home / "pgsync.yaml", cdc="'* * * * *'", compact="'@daily'")
+    write_config(deployment.home / "pgsync.yaml", cdc="{on_changes: 1000, max_wait: 60s}", compact="'@daily'")
     deployment.start()
     print(
         f"airflow: scheduler, dag-processor, triggerer and API server run ({deployment.logs}/*.log)\n"
