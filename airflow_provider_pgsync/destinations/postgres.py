@@ -46,6 +46,7 @@ from airflow_provider_pgsync.apply.net import (
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import postgres_baseline, postgres_create
+from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
 from airflow_provider_pgsync.destinations.postgres_types import ReplicaTypes
@@ -551,6 +552,7 @@ class PostgresDestination(Destination):
         """The control tables; a NULL ``commit_lsn`` is a baselined table with no change applied
         yet, ``lineage`` the baseline its table holds (None: made by ``open_table``)."""
         with self._conn.transaction():
+            lock_ddl(self._conn)
             self._conn.execute(
                 sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.control_schema))
             )

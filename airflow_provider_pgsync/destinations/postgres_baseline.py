@@ -27,6 +27,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -106,6 +107,7 @@ def finish_baseline(
                     )
                 )
             conn.execute(sql.SQL("ANALYZE {}").format(staged.identifier))
+            lock_ddl(conn)
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(table.schema)))
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.identifier))
             conn.execute(

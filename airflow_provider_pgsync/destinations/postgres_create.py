@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import GeneratedColumn, place_generated
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -70,6 +71,7 @@ def create_table(
     if_missing = sql.SQL(" IF NOT EXISTS") if if_not_exists else sql.SQL("")
     fillfactor = sql.Literal(destination.fillfactor)
     with conn.transaction():
+        lock_ddl(conn)
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))
         try:
             with conn.transaction():

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import (
     FIRST_USER_OID,
     ArrayOf,
@@ -126,6 +127,7 @@ class ReplicaTypes:
                 break
             try:
                 with self._conn.transaction():
+                    lock_ddl(self._conn)
                     self._conn.execute(
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(spec.schema))
                     )

@@ -197,3 +197,29 @@ def test_long_table_names_that_share_their_first_58_bytes_each_get_a_primary_key
         assert keys == [(str(tables[0]), head + "_pkey"), (str(tables[1]), "é" * 28 + "_pkey1")], keys
         assert [rows(replica, str(t)) for t in tables] == [[("0", "0.00")], [("1", "1.00")]]
     destination.close()
+
+
+def test_destinations_opened_at_once_on_a_fresh_replica_all_succeed(replica: Database) -> None:
+    """Baselines of several tables start at once under a real executor, each opening the
+    destination, which makes the control schema and tables when missing: a concurrent
+    ``CREATE SCHEMA IF NOT EXISTS`` fails with a unique violation unless pgsync's DDL lock
+    orders them. Eight openers released together, over four fresh control schemas."""
+    import threading
+
+    for round_ in range(4):
+        start = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def open_one(schema: str = f"ctl_{round_}") -> None:
+            try:
+                start.wait(timeout=30)
+                PostgresDestination(replica.conninfo, name="replica", control_schema=schema).close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
