@@ -1,0 +1,161 @@
+"""The freshness probe of ``dev/bench freshness``: when each destination has applied a sampled commit.
+
+A sample is one committed transaction of the load writer: the tables it changed, its commit
+time, and ``lsn``, the WAL insert position read inside the transaction just before its
+COMMIT while no other transaction of the writer could commit (``freshness_load.CommitGate``).
+Its commit record is therefore the first commit of a writer transaction at or after ``lsn``.
+
+A table's watermark in a destination (``DestinationState.watermark`` in the pipeline state,
+``"<commit LSN>/<seq>"``) is the commit LSN of the last change apply wrote there; apply writes
+a table's changes in commit order. So a destination **has passed** a sample when, for every
+table the sample changed, the table's watermark there is ``>= lsn``: the sample's change to
+that table is applied (it is the first candidate at or after ``lsn``). Tables the sample did
+not change are not consulted, so a table without changes never holds a sample back.
+
+The state records the watermarks when an apply task saves it (after every destination of the
+run), so the figure is when a reader of the state (the status page, a sensor) can know the
+change is there: at most one apply run later than the data itself, plus the poll interval.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.state.model import PipelineState
+
+POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampled commit: WAL position just before it, tables it changed, when COMMIT returned
+    (``time.monotonic()``)."""
+
+    lsn: int
+    tables: frozenset[str]
+    committed: float
+
+
+def watermark_lsn(text: str | None) -> int | None:
+    """The commit LSN of a watermark ``"<LSN>/<seq>"`` (None: no watermark yet)."""
+    if text is None or text == "none":
+        return None
+    return LSN.parse(text.rsplit("/", 1)[0]).value
+
+
+def destination_marks(state: PipelineState, destination: str) -> dict[str, int | None]:
+    """Each table's watermark LSN in ``destination``."""
+    return {key: watermark_lsn(ts.destination(destination).watermark) for key, ts in state.tables.items()}
+
+
+def passed(sample: Sample, marks: Mapping[str, int | None]) -> bool:
+    """Whether every table the sample changed has a watermark at or past its LSN."""
+    for table in sample.tables:
+        mark = marks.get(table)
+        if mark is None or mark < sample.lsn:
+            return False
+    return True
+
+
+def percentiles(values: Iterable[float], points: Iterable[int] = (50, 95, 99)) -> dict[int, float]:
+    """The given percentiles of ``values`` (inclusive method: p100 is the maximum); {} if empty."""
+    data = sorted(values)
+    if not data:
+        return {}
+    if len(data) == 1:
+        return dict.fromkeys(points, data[0])
+    cuts = statistics.quantiles(data, n=100, method="inclusive")
+    return {p: cuts[p - 1] for p in points}
+
+
+@dataclass
+class Tracker:
+    """Samples waiting per destination and the freshness of those passed (pure: no I/O, no clock)."""
+
+    destinations: tuple[str, ...]
+    waiting: dict[str, list[Sample]] = field(default_factory=dict)
+    fresh: dict[str, list[float]] = field(default_factory=dict)
+    passed_at: dict[tuple[str, Sample], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in self.destinations:
+            self.waiting.setdefault(name, [])
+            self.fresh.setdefault(name, [])
+
+    def add(self, sample: Sample) -> None:
+        for name in self.destinations:
+            self.waiting[name].append(sample)
+
+    def observe(
+        self, state: PipelineState, now: float, *, keep: Callable[[Sample], bool] | None = None
+    ) -> None:
+        """Record the samples ``state`` shows passed (seen at ``now``); ``keep``: which to count
+        in the figures (others, e.g. the drain marker, are only marked passed)."""
+        for name in self.destinations:
+            marks = destination_marks(state, name)
+            still = []
+            for sample in self.waiting[name]:
+                if passed(sample, marks):
+                    self.passed_at[(name, sample)] = now
+                    if keep is None or keep(sample):
+                        self.fresh[name].append(now - sample.committed)
+                else:
+                    still.append(sample)
+            self.waiting[name] = still
+
+    def has_passed(self, sample: Sample) -> bool:
+        return all((name, sample) in self.passed_at for name in self.destinations)
+
+
+class Probe(threading.Thread):
+    """Polls the pipeline state every ``POLL_SECONDS`` (``load_state()``) and feeds a Tracker."""
+
+    def __init__(self, load_state: Callable[[], PipelineState], destinations: tuple[str, ...]) -> None:
+        super().__init__(name="freshness probe", daemon=True)
+        self.load_state = load_state
+        self.tracker = Tracker(destinations)
+        self.excluded: set[Sample] = set()
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def add(self, sample: Sample, *, counted: bool = True) -> None:
+        with self.lock:
+            if not counted:
+                self.excluded.add(sample)
+            self.tracker.add(sample)
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                state = self.load_state()
+                now = time.monotonic()
+                with self.lock:
+                    self.tracker.observe(state, now, keep=lambda s: s not in self.excluded)
+                self.stopping.wait(POLL_SECONDS)  # the poll interval, not a synchronisation
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def wait_passed(self, sample: Sample, timeout: float) -> bool:
+        """Whether every destination passed ``sample`` within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.error is not None:
+                raise RuntimeError(f"the freshness probe failed: {self.error}") from self.error
+            with self.lock:
+                if self.tracker.has_passed(sample):
+                    return True
+            time.sleep(POLL_SECONDS)
+        return False
+
+    def stop(self) -> Tracker:
+        self.stopping.set()
+        self.join(timeout=30)
+        if self.error is not None:
+            raise RuntimeError(f"the freshness probe failed: {self.error}") from self.error
+        return self.tracker

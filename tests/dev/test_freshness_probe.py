@@ -1,0 +1,94 @@
+"""The pure part of ``dev/bench freshness``'s probe: when a destination has passed a sampled commit."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from freshness_load import CommitGate
+from freshness_probe import Sample, Tracker, passed, percentiles, watermark_lsn
+
+from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.state.model import Init, PipelineState
+
+ORDERS, EVENTS = "public.orders", "public.events"
+
+
+def state(marks: dict[str, dict[str, str | None]]) -> PipelineState:
+    """A state whose tables have the given watermark text per destination."""
+    current = PipelineState("fresh")
+    for table in (ORDERS, EVENTS):
+        current = current.with_table_phase(table, Init())
+    for destination, tables in marks.items():
+        for table, mark in tables.items():
+            current = current.with_destination_watermark(table, destination, mark)
+    return current
+
+
+def test_watermark_lsn_reads_the_commit_lsn_of_lsn_slash_seq() -> None:
+    assert watermark_lsn("1/2A/7") == LSN.parse("1/2A").value
+    assert watermark_lsn(None) is None
+    assert watermark_lsn("none") is None
+
+
+def test_a_sample_passes_when_every_table_it_changed_is_at_or_past_its_lsn() -> None:
+    sample = Sample(100, frozenset({ORDERS, EVENTS}), 0.0)
+    assert not passed(sample, {ORDERS: 100, EVENTS: 99})
+    assert not passed(sample, {ORDERS: 100, EVENTS: None})
+    assert passed(sample, {ORDERS: 100, EVENTS: 250})
+    # a table the sample did not change never holds it back
+    assert passed(Sample(100, frozenset({ORDERS}), 0.0), {ORDERS: 120, EVENTS: 3})
+
+
+def test_tracker_records_freshness_per_destination_and_skips_uncounted_samples() -> None:
+    tracker = Tracker(("lake", "replica"))
+    first, second = Sample(0x100, frozenset({ORDERS}), 10.0), Sample(0x200, frozenset({EVENTS}), 11.0)
+    marker = Sample(0x300, frozenset({ORDERS, EVENTS}), 12.0)
+    for sample in (first, second, marker):
+        tracker.add(sample)
+    keep = lambda s: s is not marker  # noqa: E731
+    tracker.observe(state({"lake": {ORDERS: "0/100/3"}, "replica": {}}), 15.0, keep=keep)
+    assert tracker.fresh == {"lake": [5.0], "replica": []}
+    tracker.observe(state({"lake": {ORDERS: "0/300/1", EVENTS: "0/300/2"}, "replica": {}}), 20.0, keep=keep)
+    assert tracker.fresh == {"lake": [5.0, 9.0], "replica": []}
+    assert not tracker.has_passed(marker)
+    tracker.observe(state({"lake": {}, "replica": {ORDERS: "0/300/0", EVENTS: "0/300/2"}}), 21.0, keep=keep)
+    assert tracker.fresh == {"lake": [5.0, 9.0], "replica": [11.0, 10.0]}
+    assert tracker.has_passed(marker)
+    assert tracker.waiting == {"lake": [], "replica": []}
+
+
+def test_percentiles() -> None:
+    assert percentiles([]) == {}
+    assert percentiles([4.0]) == {50: 4.0, 95: 4.0, 99: 4.0}
+    found = percentiles(float(v) for v in range(1, 102))
+    assert found == {50: pytest.approx(51.0), 95: pytest.approx(96.0), 99: pytest.approx(100.0)}
+
+
+def test_commit_gate_exclusive_waits_for_the_shared_holders() -> None:
+    gate = CommitGate()
+    events: list[str] = []
+    shared_in, release_shared, exclusive_in = threading.Event(), threading.Event(), threading.Event()
+
+    def shared_holder() -> None:
+        with gate.shared():
+            shared_in.set()
+            release_shared.wait(10)
+            events.append("shared done")
+
+    def exclusive_holder() -> None:
+        with gate.exclusive():
+            events.append("exclusive")
+            exclusive_in.set()
+
+    first = threading.Thread(target=shared_holder)
+    first.start()
+    assert shared_in.wait(10)
+    second = threading.Thread(target=exclusive_holder)
+    second.start()
+    assert not exclusive_in.wait(0.2)  # it must wait for the shared holder
+    release_shared.set()
+    assert exclusive_in.wait(10)
+    first.join(10)
+    second.join(10)
+    assert events == ["shared done", "exclusive"]
