@@ -5,8 +5,8 @@ A private cluster holds the source (the demo's ``customers``, ``orders`` and key
 the PostgreSQL replica and Airflow's metadata; pipeline ``fresh`` streams the source into a lake
 and the replica. Per phase (cron ``* * * * *``, then the event-driven schedule): writer threads
 commit about ``--rate`` transactions per second for ``--minutes``; a probe records for 1 commit
-in ``--sample-every`` how long after its commit the pipeline state shows each destination past
-it (``freshness_probe`` says exactly what that means); then the writer stops, the bench waits
+in ``--sample-every`` how long after its commit each destination's own watermark is past it
+(``freshness_probe`` says exactly what that means); then the writer stops, the bench waits
 until both destinations hold its last commit, pauses the cdc DAG and compares each destination
 with the source (row count and a checksum of every row per table). Last line:
 ``freshness_p50_s=<p50 of the event-driven phase, worst destination>``; exit 1 when a
@@ -142,14 +142,18 @@ def wait_run(deployment: Deployment, dag_id: str, run_id: str, timeout: float) -
         raise DeploymentError(f"{dag_id} run {run_id} ended {state}; see {deployment.logs}")
 
 
+def wait_parsed(deployment: Deployment, dag_id: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not api(deployment, "GET", f"dags?dag_id_pattern={dag_id}")["dags"]:
+        if time.monotonic() > deadline:
+            raise DeploymentError(f"DAG {dag_id} not parsed after {timeout:.0f} s; see {deployment.logs}")
+        time.sleep(2)
+
+
 def run_dag(deployment: Deployment, kind: str, timeout: float) -> None:
     """Unpause DAG ``kind`` of the pipeline, trigger it and wait for its success."""
     dag_id = f"pgsync_{PIPELINE}_{kind}"
-    deadline = time.monotonic() + 180
-    while not api(deployment, "GET", f"dags?dag_id_pattern={dag_id}")["dags"]:
-        if time.monotonic() > deadline:
-            raise DeploymentError(f"DAG {dag_id} not parsed after 180 s; see {deployment.logs}")
-        time.sleep(2)
+    wait_parsed(deployment, dag_id)
     pause(deployment, dag_id, False)
     run_id = f"bench_{time.time_ns()}"  # our own id: a repeated POST finds it taken (HTTP 409)
     now = datetime.now(UTC).isoformat()
@@ -171,14 +175,19 @@ def wait_baseline(deployment: Deployment, timeout: float) -> None:
 
 
 def pause_cdc(deployment: Deployment, timeout: float = 600.0) -> None:
-    """Pause the cdc DAG and wait until no run of it is active (phases never overlap)."""
+    """Pause the cdc DAG between two of its runs, so no run of it is left half done (the
+    scheduler does not go on with the runs of a paused DAG) and none starts during the next phase."""
     dag_id = f"pgsync_{PIPELINE}_cdc"
-    pause(deployment, dag_id, True)
     deadline = time.monotonic() + timeout
-    while any(r["state"] in ("queued", "running") for r in runs(deployment, dag_id)):
-        if time.monotonic() > deadline:
-            raise DeploymentError(f"a run of {dag_id} still active {timeout:.0f} s after pausing it")
-        time.sleep(5)
+    while True:
+        while any(r["state"] in ("queued", "running") for r in runs(deployment, dag_id)):
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"a run of {dag_id} still active after {timeout:.0f} s")
+            time.sleep(5)
+        pause(deployment, dag_id, True)
+        if not any(r["state"] in ("queued", "running") for r in runs(deployment, dag_id)):
+            return
+        pause(deployment, dag_id, False)  # a run started meanwhile: let it finish first
 
 
 def wait_schedule(deployment: Deployment, before: str | None, timeout: float = 180.0) -> str:
@@ -196,17 +205,28 @@ def wait_schedule(deployment: Deployment, before: str | None, timeout: float = 1
         time.sleep(2)
 
 
-def state_loader(cluster: Cluster) -> Any:
-    """A function reading the pipeline state (one connection, kept)."""
-    from airflow_provider_pgsync.state.postgres_store import state_from_row, state_query
+def watermark_reader(cluster: Cluster) -> Any:
+    """A function reading each destination's own watermark of each table (``freshness_probe.Marks``)."""
+    from demo import COLUMNS
 
-    conn = psycopg.connect(cluster.conninfo(SOURCE_DB), autocommit=True)
+    from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+    from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+    from airflow_provider_pgsync.source.names import TableRef
 
-    def load() -> Any:
-        row = conn.execute(state_query("pgsync"), (PIPELINE,)).fetchone()
-        return state_from_row(PIPELINE, row, schema="pgsync")
+    destinations = {
+        "lake": LakeChanges.from_config({"kind": "lake", "warehouse": str(FRESH / "lake")}),
+        "replica": PostgresDestination(cluster.conninfo(REPLICA_DB), name="replica"),
+    }
+    tables = {key: TableRef.parse(key) for key in COLUMNS}
 
-    return load
+    def read() -> dict[str, dict[str, int | None]]:
+        marks: dict[str, dict[str, int | None]] = {}
+        for name, destination in destinations.items():
+            keys = {key: destination.watermark(table) for key, table in tables.items()}
+            marks[name] = {key: None if mark is None else mark[0] for key, mark in keys.items()}
+        return marks
+
+    return read
 
 
 def compare(cluster: Cluster) -> bool:
@@ -238,7 +258,7 @@ def run_phase(
     writers: int,
     sample_every: int,
 ) -> PhaseResult:
-    probe = Probe(state_loader(cluster), DESTINATIONS)
+    probe = Probe(watermark_reader(cluster), DESTINATIONS)
     writer = LoadWriter(
         cluster.conninfo(SOURCE_DB),
         rate=rate,
@@ -266,8 +286,11 @@ def run_phase(
     probe.add(marker, counted=False)
     transactions, changes = sum(writer.transactions), sum(writer.changes) + 3
     print(f"{name}: writer stopped; waiting for both destinations to pass its last commit", flush=True)
-    if not probe.wait_passed(marker, DRAIN_SECONDS):
-        raise DeploymentError(f"{name}: the destinations did not catch up within {DRAIN_SECONDS:.0f} s")
+    while not probe.wait_passed(marker, 30):
+        deployment.check_alive()
+        if time.monotonic() - writer.stopped > DRAIN_SECONDS:
+            raise DeploymentError(f"{name}: the destinations did not catch up within {DRAIN_SECONDS:.0f} s")
+        print(f"  {progress(writer, probe)}", flush=True)
     drain = time.monotonic() - writer.stopped
     tracker = probe.stop()
     pause_cdc(deployment)
@@ -344,13 +367,16 @@ def bench_freshness(
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
         },
     )
-    results = []
+    results: list[PhaseResult] = []
+    worst: list[float] = []
     try:
         started = time.monotonic()
         deployment.start()
         took = time.monotonic() - started
         print(f"airflow: healthy in {took:.0f} s at {deployment.base_url} (logs: {deployment.logs})")
         started = time.monotonic()
+        wait_parsed(deployment, f"pgsync_{PIPELINE}_baseline")
+        pause(deployment, f"pgsync_{PIPELINE}_baseline", False)  # setup triggers it
         run_dag(deployment, "setup", 600)
         wait_baseline(deployment, 1200)
         print(f"setup and baseline of both destinations: {time.monotonic() - started:.0f} s", flush=True)
@@ -359,24 +385,23 @@ def bench_freshness(
             if n:
                 write_config(config, cdc)
                 schedule = wait_schedule(deployment, schedule)
-            results.append(
-                run_phase(
-                    deployment,
-                    cluster,
-                    name,
-                    cdc,
-                    minutes=minutes,
-                    rate=rate,
-                    writers=writers,
-                    sample_every=sample_every,
-                )
+            result = run_phase(
+                deployment,
+                cluster,
+                name,
+                cdc,
+                minutes=minutes,
+                rate=rate,
+                writers=writers,
+                sample_every=sample_every,
             )
+            results.append(result)
+            worst.append(report(result))
     finally:
         deployment.stop()
         with contextlib.suppress(Exception):
             cluster.stop()
-    print("\nmachine: 2 cores shared with other sessions; the figures are noisy")
-    worst = [report(r) for r in results]
+    print("(a 2-core machine shared with other work: the figures are noisy)")
     if not all(r.in_sync for r in results):
         print("freshness: a destination differs from the source")
         return 1

@@ -5,16 +5,15 @@ time, and ``lsn``, the WAL insert position read inside the transaction just befo
 COMMIT while no other transaction of the writer could commit (``freshness_load.CommitGate``).
 Its commit record is therefore the first commit of a writer transaction at or after ``lsn``.
 
-A table's watermark in a destination (``DestinationState.watermark`` in the pipeline state,
-``"<commit LSN>/<seq>"``) is the commit LSN of the last change apply wrote there; apply writes
-a table's changes in commit order. So a destination **has passed** a sample when, for every
-table the sample changed, the table's watermark there is ``>= lsn``: the sample's change to
-that table is applied (it is the first candidate at or after ``lsn``). Tables the sample did
-not change are not consulted, so a table without changes never holds a sample back.
-
-The state records the watermarks when an apply task saves it (after every destination of the
-run), so the figure is when a reader of the state (the status page, a sensor) can know the
-change is there: at most one apply run later than the data itself, plus the poll interval.
+A table's watermark in a destination is the ``(commit LSN, seq)`` of the last change apply
+wrote there, kept by the destination with its data (``Destination.watermark``: the replica's
+``pgsync.watermarks`` row, committed in the same transaction as each batch; the lake's
+published segment files), and apply writes a table's changes in commit order. So a
+destination **has passed** a sample when, for every table the sample changed, the table's
+watermark there has a commit LSN ``>= lsn``: the sample's change to that table is there and
+visible to readers (it is the first candidate at or after ``lsn``). Tables the sample did not
+change are not consulted, so a table without changes never holds a sample back. The probe
+reads the watermarks every ``POLL_SECONDS``, so a figure is late by at most that much.
 """
 
 from __future__ import annotations
@@ -26,7 +25,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import PipelineState
+
+Marks = Mapping[str, Mapping[str, int | None]]
+"""Per destination, per table key: the commit LSN of its watermark (None: none yet)."""
 
 POLL_SECONDS = 0.5
 
@@ -46,11 +47,6 @@ def watermark_lsn(text: str | None) -> int | None:
     if text is None or text == "none":
         return None
     return LSN.parse(text.rsplit("/", 1)[0]).value
-
-
-def destination_marks(state: PipelineState, destination: str) -> dict[str, int | None]:
-    """Each table's watermark LSN in ``destination``."""
-    return {key: watermark_lsn(ts.destination(destination).watermark) for key, ts in state.tables.items()}
 
 
 def passed(sample: Sample, marks: Mapping[str, int | None]) -> bool:
@@ -91,16 +87,13 @@ class Tracker:
         for name in self.destinations:
             self.waiting[name].append(sample)
 
-    def observe(
-        self, state: PipelineState, now: float, *, keep: Callable[[Sample], bool] | None = None
-    ) -> None:
-        """Record the samples ``state`` shows passed (seen at ``now``); ``keep``: which to count
-        in the figures (others, e.g. the drain marker, are only marked passed)."""
+    def observe(self, marks: Marks, now: float, *, keep: Callable[[Sample], bool] | None = None) -> None:
+        """Record the samples the destinations' watermarks ``marks`` show passed (read at ``now``);
+        ``keep``: which to count in the figures (others, e.g. the drain marker, are only marked)."""
         for name in self.destinations:
-            marks = destination_marks(state, name)
             still = []
             for sample in self.waiting[name]:
-                if passed(sample, marks):
+                if passed(sample, marks.get(name, {})):
                     self.passed_at[(name, sample)] = now
                     if keep is None or keep(sample):
                         self.fresh[name].append(now - sample.committed)
@@ -113,11 +106,11 @@ class Tracker:
 
 
 class Probe(threading.Thread):
-    """Polls the pipeline state every ``POLL_SECONDS`` (``load_state()``) and feeds a Tracker."""
+    """Reads the destinations' watermarks every ``POLL_SECONDS`` (``read_marks()``) and feeds a Tracker."""
 
-    def __init__(self, load_state: Callable[[], PipelineState], destinations: tuple[str, ...]) -> None:
+    def __init__(self, read_marks: Callable[[], Marks], destinations: tuple[str, ...]) -> None:
         super().__init__(name="freshness probe", daemon=True)
-        self.load_state = load_state
+        self.read_marks = read_marks
         self.tracker = Tracker(destinations)
         self.excluded: set[Sample] = set()
         self.lock = threading.Lock()
@@ -133,10 +126,10 @@ class Probe(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
-                state = self.load_state()
+                marks = self.read_marks()
                 now = time.monotonic()
                 with self.lock:
-                    self.tracker.observe(state, now, keep=lambda s: s not in self.excluded)
+                    self.tracker.observe(marks, now, keep=lambda s: s not in self.excluded)
                 self.stopping.wait(POLL_SECONDS)  # the poll interval, not a synchronisation
         except BaseException as exc:  # reported by stop()
             self.error = exc

@@ -9,20 +9,8 @@ from freshness_load import CommitGate
 from freshness_probe import Sample, Tracker, passed, percentiles, watermark_lsn
 
 from airflow_provider_pgsync.pgoutput.lsn import LSN
-from airflow_provider_pgsync.state.model import Init, PipelineState
 
 ORDERS, EVENTS = "public.orders", "public.events"
-
-
-def state(marks: dict[str, dict[str, str | None]]) -> PipelineState:
-    """A state whose tables have the given watermark text per destination."""
-    current = PipelineState("fresh")
-    for table in (ORDERS, EVENTS):
-        current = current.with_table_phase(table, Init())
-    for destination, tables in marks.items():
-        for table, mark in tables.items():
-            current = current.with_destination_watermark(table, destination, mark)
-    return current
 
 
 def test_watermark_lsn_reads_the_commit_lsn_of_lsn_slash_seq() -> None:
@@ -47,12 +35,12 @@ def test_tracker_records_freshness_per_destination_and_skips_uncounted_samples()
     for sample in (first, second, marker):
         tracker.add(sample)
     keep = lambda s: s is not marker  # noqa: E731
-    tracker.observe(state({"lake": {ORDERS: "0/100/3"}, "replica": {}}), 15.0, keep=keep)
+    tracker.observe({"lake": {ORDERS: 0x100, EVENTS: None}, "replica": {}}, 15.0, keep=keep)
     assert tracker.fresh == {"lake": [5.0], "replica": []}
-    tracker.observe(state({"lake": {ORDERS: "0/300/1", EVENTS: "0/300/2"}, "replica": {}}), 20.0, keep=keep)
+    tracker.observe({"lake": {ORDERS: 0x300, EVENTS: 0x300}, "replica": {ORDERS: 0xFF}}, 20.0, keep=keep)
     assert tracker.fresh == {"lake": [5.0, 9.0], "replica": []}
     assert not tracker.has_passed(marker)
-    tracker.observe(state({"lake": {}, "replica": {ORDERS: "0/300/0", EVENTS: "0/300/2"}}), 21.0, keep=keep)
+    tracker.observe({"lake": {}, "replica": {ORDERS: 0x300, EVENTS: 0x300}}, 21.0, keep=keep)
     assert tracker.fresh == {"lake": [5.0, 9.0], "replica": [11.0, 10.0]}
     assert tracker.has_passed(marker)
     assert tracker.waiting == {"lake": [], "replica": []}
