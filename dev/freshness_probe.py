@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from airflow_provider_pgsync.pgoutput.lsn import LSN
-
 Marks = Mapping[str, Mapping[str, int | None]]
 """Per destination, per table key: the commit LSN of its watermark (None: none yet)."""
 
@@ -40,13 +38,6 @@ class Sample:
     lsn: int
     tables: frozenset[str]
     committed: float
-
-
-def watermark_lsn(text: str | None) -> int | None:
-    """The commit LSN of a watermark ``"<LSN>/<seq>"`` (None: no watermark yet)."""
-    if text is None or text == "none":
-        return None
-    return LSN.parse(text.rsplit("/", 1)[0]).value
 
 
 def passed(sample: Sample, marks: Mapping[str, int | None]) -> bool:

@@ -6,17 +6,9 @@ import threading
 
 import pytest
 from freshness_load import CommitGate
-from freshness_probe import Sample, Tracker, passed, percentiles, watermark_lsn
-
-from airflow_provider_pgsync.pgoutput.lsn import LSN
+from freshness_probe import Sample, Tracker, passed, percentiles
 
 ORDERS, EVENTS = "public.orders", "public.events"
-
-
-def test_watermark_lsn_reads_the_commit_lsn_of_lsn_slash_seq() -> None:
-    assert watermark_lsn("1/2A/7") == LSN.parse("1/2A").value
-    assert watermark_lsn(None) is None
-    assert watermark_lsn("none") is None
 
 
 def test_a_sample_passes_when_every_table_it_changed_is_at_or_past_its_lsn() -> None:
