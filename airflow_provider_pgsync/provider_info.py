@@ -54,6 +54,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "pgsync",
                 "python-modules": [
                     "airflow_provider_pgsync.triggers.pending_changes",
+                    "airflow_provider_pgsync.triggers.pending_changes_event",
                     "airflow_provider_pgsync.triggers.slot_lag",
                     "airflow_provider_pgsync.triggers.table_phase",
                 ],

@@ -35,6 +35,7 @@ HEALTHY = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 AIRFLOW = REPO / ".venv" / "bin" / "airflow"
 DEFAULT_HOME = REPO / ".dev" / "airflow"
 DEFAULT_PORT = 8080
+API_TIMEOUT_S = 120  # a busy 2-core machine (Spark jobs, task processes) answers slowly
 
 
 class DeploymentError(RuntimeError):
@@ -56,6 +57,7 @@ class Deployment:
     metadata_db: str = "airflow_meta"
     env: dict[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    _bearer: str | None = field(default=None, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -96,6 +98,8 @@ class Deployment:
             # a development deployment on 127.0.0.1 only: everyone is admin
             AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="True",
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base_url}/execution/",
+            # a task's calls to the execution API wait through a busy machine (default 5 s)
+            AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT="60",
             AIRFLOW__API__BASE_URL=self.base_url,
             AIRFLOW__API__SECRET_KEY=self._secret("api_secret_key"),
             AIRFLOW__API_AUTH__JWT_SECRET=self._secret("jwt_secret"),
@@ -196,9 +200,11 @@ class Deployment:
     # -- the REST API (what a user does in the UI) ------------------------------------------
 
     def _token(self) -> str:
-        with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=10) as response:
-            token: str = json.load(response)["access_token"]
-        return token
+        """A token of the all-admins login, fetched once (it lasts a day)."""
+        if self._bearer is None:
+            with urllib.request.urlopen(f"{self.base_url}/auth/token", timeout=API_TIMEOUT_S) as response:
+                self._bearer = str(json.load(response)["access_token"])
+        return self._bearer
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """Call ``/api/v2/<path>``; the parsed JSON answer."""
@@ -209,7 +215,7 @@ class Deployment:
             headers={"Authorization": f"Bearer {self._token()}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
                 return json.load(response)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:2000]
@@ -313,7 +319,7 @@ def main(argv: list[str]) -> int:
 
     deployment.home.mkdir(parents=True, exist_ok=True)
     prepare_demo_source(deployment.cluster, keep=True)
-    write_config(deployment.home / "pgsync.yaml", cdc="'* * * * *'", compact="'@daily'")
+    write_config(deployment.home / "pgsync.yaml", cdc="{on_changes: 1000, max_wait: 60s}", compact="'@daily'")
     deployment.start()
     print(
         f"airflow: scheduler, dag-processor, triggerer and API server run ({deployment.logs}/*.log)\n"

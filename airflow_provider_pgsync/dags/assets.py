@@ -1,5 +1,6 @@
 """Airflow Assets of a pipeline: one per destination table, and the apply operator that emits
-an asset event only for the tables whose changes it applied.
+an asset event only for the tables whose changes it applied; and the Asset an event-driven cdc
+DAG schedules on (``pending_changes_asset``), watched by a pending-changes trigger.
 
 Airflow 3 registers an event for *every* Asset a task declares in ``outlets`` when the task
 succeeds (``TaskInstance.register_asset_changes_in_db``): declared Assets are all-or-nothing.
@@ -15,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from airflow.sdk import Asset, AssetAlias, Context
+from airflow.sdk import Asset, AssetAlias, AssetWatcher, Context
 
 from airflow_provider_pgsync.destinations.configs import destination_name
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
+from airflow_provider_pgsync.pipeline.schedules import OnChanges
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.triggers.pending_changes_event import PendingChangesEventTrigger
 
 ASSET_SCHEME = "pgsync"
 
@@ -35,6 +38,30 @@ def table_asset(pipeline: str, destination: str, table: str) -> Asset:
 def destination_alias(pipeline: str, destination: str) -> AssetAlias:
     """The AssetAlias through which apply emits the events of a destination's tables."""
     return AssetAlias(name=f"pgsync_{pipeline}_{destination}")
+
+
+def pending_changes_asset(
+    pipeline: str, *, slot_name: str, publication_name: str, source_conn_id: str, schedule: OnChanges
+) -> Asset:
+    """The Asset ``pgsync_<pipeline>_pending_changes`` (``pgsync://<pipeline>/slot/<slot>``) with a
+    watcher whose trigger emits an event when the slot holds ``schedule.on_changes`` changes, or
+    ``schedule.max_wait`` after its last event. (A table asset's second part always holds a dot,
+    a slot name never does: the URIs cannot meet.) The trigger's arguments are the config's
+    names, numbers and connection id only, the same at every parse."""
+    name = f"pgsync_{pipeline}_pending_changes"
+    trigger = PendingChangesEventTrigger(
+        slot_name=slot_name,
+        publication_name=publication_name,
+        postgres_conn_id=source_conn_id,
+        on_changes=schedule.on_changes,
+        max_wait=schedule.max_wait.total_seconds(),
+        poll_interval=schedule.poll_interval.total_seconds(),
+    )
+    return Asset(
+        name=name,
+        uri=f"{ASSET_SCHEME}://{pipeline}/slot/{quote(slot_name, safe='')}",
+        watchers=[AssetWatcher(name=name, trigger=trigger)],
+    )
 
 
 class PgApplyAssetsOperator(PgApplyOperator):

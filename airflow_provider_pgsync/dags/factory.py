@@ -7,10 +7,12 @@ Per pipeline ``<name>``:
 - ``pgsync_<name>_baseline`` (manual; Params ``tables``, ``mode``, ``backfill_filter``): one
   mapped ``PgBaselineOperator`` (mode rebaseline) or ``PgBackfillOperator`` (mode backfill)
   task per chosen table;
-- ``pgsync_<name>_cdc`` (the config's cdc schedule): capture, then apply into every destination,
+- ``pgsync_<name>_cdc`` (the config's cdc schedule: cron, or event-driven on the Asset of the
+  slot's pending changes): capture, then apply into every destination,
   emitting an asset event per destination table that changed; then, when a schema change sent
   a table back to baseline in a destination (``on_schema_change: rebaseline``), triggers the
-  baseline DAG for exactly those and fails the run naming them (task ``outcome``);
+  baseline DAG for exactly those and fails the run naming them (task ``outcome``); capture and
+  apply are retried (``schedules.retries``) when they fail, e.g. when their process was killed;
 - ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
   ``PgCompactOperator`` per lake destination;
 - ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
@@ -31,7 +33,11 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_pgsync.dags import params as dag_params
 from airflow_provider_pgsync.dags import tasks
-from airflow_provider_pgsync.dags.assets import PgApplyAssetsOperator, destination_alias
+from airflow_provider_pgsync.dags.assets import (
+    PgApplyAssetsOperator,
+    destination_alias,
+    pending_changes_asset,
+)
 from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
 from airflow_provider_pgsync.errors import ApplyFailedError
 from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
@@ -46,6 +52,7 @@ from airflow_provider_pgsync.operators.replication import (
     PgPreflightOperator,
 )
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
+from airflow_provider_pgsync.pipeline.problems import format_duration
 from airflow_provider_pgsync.pipeline.reading import pipelines_from
 
 START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
@@ -199,9 +206,12 @@ def cdc_dag(config: PipelineConfig) -> DAG:
     """Capture one bounded batch, then apply it into every destination; trigger the rebaselines
     a schema change needs (``on_schema_change: rebaseline``) and fail the run naming them."""
     baseline_id = dag_id(config.name, "baseline")
+    schedule, schedule_md = _cdc_schedule(config)
+    when = config.schedules
+    retries: dict[str, Any] = {"retries": when.retries, "retry_delay": when.retry_delay}
     doc = (
         f"### pgsync pipeline `{config.name}`: change data capture\n\n"
-        f"Schedule `{config.schedules.cdc}`. `capture` peeks a bounded batch from slot "
+        f"{schedule_md} `capture` peeks a bounded batch from slot "
         f"`{config.slot_name}` into the changelog and advances the slot; `apply` applies the "
         f"changelog into {_destinations_md(config)} and emits an asset event for each destination "
         f"table with applied changes (`pgsync://{config.name}/<destination>/<schema>.<table>`, "
@@ -218,11 +228,13 @@ def cdc_dag(config: PipelineConfig) -> DAG:
             else "goes Errored for that table alone and `apply` fails naming it and the rebaseline to "
             f"trigger (`{baseline_id}`); nothing is triggered."
         )
+        + f"\n\n{_retries_md(when.retries, when.retry_delay)}"
     )
-    with _dag(config, "cdc", doc, schedule=config.schedules.cdc, max_active_runs=1) as dag:
-        capture = PgCaptureOperator(task_id="capture", **config.capture_kwargs())
+    with _dag(config, "cdc", doc, schedule=schedule, max_active_runs=1) as dag:
+        capture = PgCaptureOperator(task_id="capture", **retries, **config.capture_kwargs())
         apply = PgApplyAssetsOperator(
             task_id="apply",
+            **retries,
             outlets=[destination_alias(config.name, d.name) for d in config.destinations],
             baseline_dag_id=baseline_id,
             fail_on_rebaseline=False,  # `outcome` fails the run, after the rebaseline is triggered
@@ -264,6 +276,39 @@ def cdc_dag(config: PipelineConfig) -> DAG:
         ).expand_kwargs(requests)
         capture >> apply >> requests >> trigger >> outcome()
     return dag
+
+
+def _retries_md(retries: int, delay: timedelta) -> str:
+    if retries == 0:
+        return "`capture` and `apply` are not retried (`schedules.retries: 0`)."
+    return (
+        f"`capture` and `apply` are retried up to {retries} time(s), {format_duration(delay)} apart "
+        "(`schedules.retries`, `schedules.retry_delay`): both are safe to run again, so a task whose "
+        "process died (a killed worker, a lost connection) completes in the same run."
+    )
+
+
+def _cdc_schedule(config: PipelineConfig) -> tuple[Any, str]:
+    """The cdc DAG's schedule (a cron text, None, or the pending-changes Asset) and its doc."""
+    event_driven = config.schedules.event_driven
+    if event_driven is None:
+        return config.schedules.cdc, f"Schedule `{config.schedules.cdc}`."
+    asset = pending_changes_asset(
+        config.name,
+        slot_name=config.slot_name,
+        publication_name=config.publication_name,
+        source_conn_id=config.source_conn_id,
+        schedule=event_driven,
+    )
+    every = format_duration(event_driven.poll_interval)
+    doc = (
+        f"Event-driven: scheduled on asset `{asset.name}`, whose watcher (run by the triggerer) counts "
+        f"the changes pending in slot `{config.slot_name}` every {every} "
+        f"and requests a run as soon as {event_driven.on_changes} are pending, or "
+        f"{format_duration(event_driven.max_wait)} after its last request when fewer are. One run at a "
+        "time: requests made while a run is active start one run after it."
+    )
+    return asset, doc
 
 
 def compact_dag(config: PipelineConfig) -> DAG:

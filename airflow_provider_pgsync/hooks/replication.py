@@ -41,6 +41,7 @@ from airflow_provider_pgsync.hooks.run_locks import (
     APPLY_LOCK_CLASS,
     BASELINE_LOCK_CLASS,
     CAPTURE_LOCK_CLASS,
+    PEEK_PROBES,
     HeldLock,
     baseline_lock_key,
     lock_is_held,
@@ -516,7 +517,8 @@ class PgReplicationHook(PostgresHook):
 
     @contextmanager
     def capture_lock(self, slot_name: str, holder: str) -> Iterator[HeldLock]:
-        """Hold the session advisory lock of the slot's capture; fail fast if another run holds it.
+        """Hold the session advisory lock of the slot's capture; fail fast if another run holds it
+        (a sensor's or watcher's bounded peek holding it for a moment is waited for).
 
         ``holder`` is shown to a second run (as the session's application_name) so its error
         names the running one. The block gets the lock, whose ``ensure_held`` capture calls
@@ -535,6 +537,7 @@ class PgReplicationHook(PostgresHook):
                 "again); run capture again, and if this repeats find what ends its session "
                 "(pg_terminate_backend, a server restart, a proxy or firewall closing connections)"
             ),
+            brief=PEEK_PROBES,
         ) as lock:
             yield lock
 

@@ -9,6 +9,7 @@ so a second run can name the first.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +21,14 @@ from airflow_provider_pgsync.source.sessions import hold_open
 CAPTURE_LOCK_CLASS = 0x70677363  # 'pgsc': the first key of capture's advisory locks (per slot)
 APPLY_LOCK_CLASS = 0x70677361  # 'pgsa': the first key of apply's advisory locks (per pipeline)
 BASELINE_LOCK_CLASS = 0x70677362  # 'pgsb': held by a running baseline (per pipeline, table, lineage)
+
+PEEK_SENSOR_APP = "pgsync pending-changes sensor"
+PEEK_WATCHER_APP = "pgsync cdc watcher"
+PEEK_PROBES = (PEEK_SENSOR_APP, PEEK_WATCHER_APP)
+"""Application names of the sessions that take capture's lock for one bounded peek (a pending-
+changes sensor or an event-driven cdc watcher): a capture that meets one waits (``BRIEF_WAIT_S``)."""
+BRIEF_WAIT_S = 15.0
+ENDED_HOLDER = "a session that has just ended"
 
 
 def baseline_lock_key(pipeline: str, table: str, lineage: str) -> str:
@@ -73,10 +82,14 @@ def session_lock(
     holder: str,
     busy: Callable[[str], Exception],
     lost: Callable[[str], Exception],
+    *,
+    brief: tuple[str, ...] = (),
 ) -> Iterator[HeldLock]:
     """Hold advisory lock (``lock_class``, hash of ``key``) on ``conn`` until the block ends (the
     connection is closed then); raise ``busy(<the holder's description>)`` at once when another
-    session holds it. The block gets a ``HeldLock`` whose ``ensure_held`` raises ``lost(<why>)``.
+    session holds it, unless that session's application name starts with one of ``brief`` (a
+    holder known to keep it a moment only): then it tries again for up to ``BRIEF_WAIT_S``.
+    The block gets a ``HeldLock`` whose ``ensure_held`` raises ``lost(<why>)``.
 
     The session sits idle while the run works, for minutes or hours: it lifts the server's idle
     timeouts for itself first (a database or role default would end it, and the lock with it).
@@ -84,9 +97,16 @@ def session_lock(
     try:
         hold_open(conn)
         conn.execute("SELECT set_config('application_name', %s, false)", (holder[:63],))
-        row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, key)).fetchone()
-        if not row or not row[0]:
-            raise busy(lock_holder(conn, lock_class, key))
+        deadline = time.monotonic() + BRIEF_WAIT_S
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (lock_class, key)).fetchone()
+            if row and row[0]:
+                break
+            other = lock_holder(conn, lock_class, key)
+            passing = other == ENDED_HOLDER or other.startswith(brief)
+            if not (brief and passing) or time.monotonic() > deadline:
+                raise busy(other)
+            time.sleep(0.1)  # a probe's bounded peek ends within moments
         yield HeldLock(conn, lock_class, key, lost)
     finally:
         conn.close()  # ends the session, which releases the lock
@@ -104,7 +124,7 @@ def lock_holder(conn: psycopg.Connection[Any], lock_class: int, key: str) -> str
         (lock_class, key),
     ).fetchone()
     if row is None:
-        return "a session that has just ended"
+        return ENDED_HOLDER
     pid, app, since, client = row
     where = f"backend pid {pid}, from {client or 'local'}, since {since:%Y-%m-%d %H:%M:%S %Z}"
     return f"{app or 'a session'} ({where})"

@@ -11,13 +11,17 @@ from typing import Any
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_provider_pgsync.errors import ConfigError
+
 DEFAULT_MASTER = "local[*]"
 
 
 class BaselineSubmitHook(SparkSubmitHook):
     """SparkSubmitHook that runs on ``local[*]`` when the Spark connection does not exist (the
-    provider would fall back to YARN), and finds ``spark-submit`` next to this Python when it is
-    not on PATH (pip's pyspark installs it in the environment's ``bin``)."""
+    provider would fall back to YARN), finds ``spark-submit`` next to this Python when it is
+    not on PATH (pip's pyspark installs it in the environment's ``bin``), and refuses cluster
+    deploy mode on a standalone master (Spark runs no Python application that way) before
+    anything is submitted."""
 
     def __init__(self, *, default_master: str = DEFAULT_MASTER, **kwargs: Any) -> None:
         self._default_master = default_master
@@ -37,6 +41,13 @@ class BaselineSubmitHook(SparkSubmitHook):
                 self._default_master,
             )
             data["master"] = self._default_master
+        if str(data["master"]).startswith("spark://") and data["deploy_mode"] == "cluster":
+            raise ConfigError(
+                f"Spark connection {self._conn_id!r}: deploy mode 'cluster' on the standalone master "
+                f"{data['master']} cannot run pgsync's jobs (Spark runs Python applications on a "
+                "standalone cluster in client mode only); remove 'deploy-mode' from the connection's "
+                "extra (or set it to 'client') so the driver runs where the Airflow task runs"
+            )
         return data
 
     @property

@@ -11,7 +11,8 @@ appear here: connections hold them.
 The modules, each using only those above it:
 
 - ``problems``: ConfigProblem, PipelineConfigError, the checks that collect problems, durations
-- ``parts``: tables, state, changelog, Spark, baseline, schedules and limits
+- ``schedules``: cron and event-driven schedules (``OnChanges``), the cdc tasks' retries
+- ``parts``: tables, state, changelog, Spark, baseline and limits
 - ``destination_configs``: the lake and PostgreSQL destinations
 - ``reading_parts``: reading those parts from plain data, each problem with its key path
 - ``config``: PipelineConfig, reading one from a mapping, and its operators' arguments
@@ -29,7 +30,6 @@ from airflow_provider_pgsync.pipeline.parts import (
     BaselineConfig,
     BatchLimits,
     ChangelogConfig,
-    Schedules,
     SparkConfig,
     StateConfig,
     TableConfig,
@@ -42,6 +42,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     parse_duration,
 )
 from airflow_provider_pgsync.pipeline.reading import load_pipelines, parse_pipelines, pipelines_from
+from airflow_provider_pgsync.pipeline.schedules import OnChanges, Schedules
 
 __all__ = [
     "BaselineConfig",
@@ -51,6 +52,7 @@ __all__ = [
     "CustomDestinationConfig",
     "DestinationConfig",
     "LakeDestinationConfig",
+    "OnChanges",
     "PipelineConfig",
     "PipelineConfigError",
     "PostgresDestinationConfig",

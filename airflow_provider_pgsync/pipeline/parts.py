@@ -1,5 +1,5 @@
 """The parts of a pipeline besides its destinations: source tables, state store, changelog,
-Spark settings, baseline reads, schedules and batch limits, as frozen dataclasses.
+Spark settings, baseline reads and batch limits, as frozen dataclasses (schedules: ``schedules``).
 
 Each checks all its fields when built and raises one PipelineConfigError listing every problem
 by key path relative to it; ``to_mapping()`` gives it back as plain data.
@@ -26,23 +26,12 @@ from airflow_provider_pgsync.pipeline.problems import (
     location_problem,
     set_field,
 )
+from airflow_provider_pgsync.pipeline.schedules import Schedules
 from airflow_provider_pgsync.source.names import TableRef, check_identifier, shown
 from airflow_provider_pgsync.source.row_condition import GRAMMARS, check_expression
 
 STATE_BACKENDS = ("variables", "postgres")
 COPY_PATHS = ("auto", "off")
-SCHEDULE_PRESETS = (
-    "@once",
-    "@continuous",
-    "@hourly",
-    "@daily",
-    "@weekly",
-    "@monthly",
-    "@quarterly",
-    "@yearly",
-)
-DEFAULT_CDC_SCHEDULE = "*/5 * * * *"
-DEFAULT_COMPACT_SCHEDULE = "@daily"
 DEFAULT_RETENTION = timedelta(days=7)
 SUBMIT_OPTIONS: dict[str, type] = {
     # SparkSubmitHook arguments a pipeline may set; the operators set conf, jars, name,
@@ -300,45 +289,6 @@ def _positive(checks: Checks, path: str, value: object) -> None:
 def _positive_int(checks: Checks, path: str, value: object, most: int = _INT4_MAX) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
         checks.add(path, f"must be a positive integer up to {most}, not {shown(value)}")
-
-
-@dataclass(frozen=True)
-class Schedules:
-    """When the DAGs run: a cron expression, an Airflow preset (``SCHEDULE_PRESETS``) or None
-    (manual runs only)."""
-
-    cdc: str | None = DEFAULT_CDC_SCHEDULE
-    compact: str | None = DEFAULT_COMPACT_SCHEDULE
-
-    def __post_init__(self) -> None:
-        checks = Checks()
-        for name in ("cdc", "compact"):
-            problem = schedule_problem(getattr(self, name))
-            if problem:
-                checks.add(name, problem)
-        checks.raise_any("schedules")
-
-    def to_mapping(self) -> dict[str, Any]:
-        return {"cdc": self.cdc, "compact": self.compact}
-
-
-def schedule_problem(value: object) -> str | None:
-    """What is wrong with ``value`` as a schedule, None if nothing."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        return f"must be a cron expression, a preset ({', '.join(SCHEDULE_PRESETS)}) or null, not {value!r}"
-    if value.startswith("@"):
-        return choice(value, SCHEDULE_PRESETS)
-    # Airflow's own check, so a schedule accepted here is accepted by the DAG
-    from airflow.sdk import CronTriggerTimetable
-    from airflow.sdk.exceptions import AirflowTimetableInvalid
-
-    try:
-        CronTriggerTimetable(value, timezone="UTC").validate()
-    except (AirflowTimetableInvalid, ValueError) as exc:
-        return f"{value!r} is not a cron expression ({exc}); or use a preset: {', '.join(SCHEDULE_PRESETS)}"
-    return None
 
 
 @dataclass(frozen=True)

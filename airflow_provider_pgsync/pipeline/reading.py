@@ -53,7 +53,10 @@ A complete file (every key shown; only the first three are required)::
           backfill_filters: safe        # safe | sql: what a backfill filter typed in the trigger form may use
         schedules:
           cdc: "*/5 * * * *"            # cron, a preset like "@hourly", or null (manual only)
+          # cdc: {on_changes: 1000, max_wait: 60s, poll_interval: 5s}  # event-driven (needs a triggerer)
           compact: "@daily"
+          retries: 2                    # of the cdc DAG's capture and apply tasks
+          retry_delay: 10s
         limits:
           max_changes: 1000000          # capture: changes of one peek
           batch_rows: 1000000           # apply: changes handed to a destination at once

@@ -28,6 +28,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     join_path,
     parse_duration,
 )
+from airflow_provider_pgsync.pipeline.schedules import OnChanges
 
 _T = TypeVar("_T")
 
@@ -47,6 +48,10 @@ NUMBER = ValueType("a number", lambda v: isinstance(v, int | float) and not isin
 LIST = ValueType("a list", lambda v: isinstance(v, list))
 MAPPING = ValueType("a mapping", lambda v: isinstance(v, Mapping))
 SCHEDULE = ValueType("a cron expression, a preset or null", lambda v: v is None or isinstance(v, str))
+CDC_SCHEDULE = ValueType(
+    "a cron expression, a preset, null or a mapping {on_changes: N, max_wait: 60s}",
+    lambda v: v is None or isinstance(v, str | Mapping),
+)
 
 _TABLE_KEYS = {"table": STR, "columns": LIST, "row_filter": STR}
 _DESTINATION_KEYS: dict[str, dict[str, ValueType]] = {
@@ -65,9 +70,11 @@ _SECTION_KEYS: dict[str, dict[str, ValueType]] = {
         "password_file": OPT_STR,
     },
     "baseline": {"target_partition_mb": NUMBER, "copy_path": STR, "fetch_size": INT, "backfill_filters": STR},
-    "schedules": {"cdc": SCHEDULE, "compact": SCHEDULE},
+    "schedules": {"cdc": CDC_SCHEDULE, "compact": SCHEDULE, "retries": INT, "retry_delay": STR},
     "limits": {"max_changes": INT, "batch_rows": INT, "batch_bytes": INT, "peek_statement_timeout": STR},
 }
+_ON_CHANGES_KEYS = {"on_changes": INT, "max_wait": STR, "poll_interval": STR}
+_DURATIONS = ("retention", "peek_statement_timeout", "retry_delay", "max_wait", "poll_interval")
 
 
 def read_mapping(
@@ -183,14 +190,54 @@ def read_section(key: str, data: object, path: str, problems: list[ConfigProblem
     values = read_mapping(data, path, problems, _SECTION_KEYS[key])
     if values is None:
         return None
-    for name in ("retention", "peek_statement_timeout"):  # durations
+    bad = _read_durations(values, path, problems)
+    if key == "schedules" and isinstance(values.get("cdc"), Mapping):
+        cdc = read_on_changes(values["cdc"], join_path(path, "cdc"), problems)
+        if cdc is None:
+            bad.append(join_path(path, "cdc"))
+        values["cdc"] = cdc
+    # built without the bad values too, so the section's other problems are reported as well
+    section = _build_without(SECTIONS[key], path, problems, values, bad)
+    return None if bad else section
+
+
+def read_on_changes(data: object, path: str, problems: list[ConfigProblem]) -> OnChanges | None:
+    """An event-driven cdc schedule: ``{on_changes: N, max_wait: 60s, poll_interval: 5s}``."""
+    values = read_mapping(data, path, problems, _ON_CHANGES_KEYS)
+    if values is None:
+        return None
+    bad = _read_durations(values, path, problems)
+    schedule = _build_without(OnChanges, path, problems, values, bad)
+    return None if bad else schedule
+
+
+def _read_durations(values: dict[str, Any], path: str, problems: list[ConfigProblem]) -> list[str]:
+    """Parse the durations among ``values`` in place; the key paths of the bad ones (dropped)."""
+    bad = []
+    for name in _DURATIONS:
         if name in values:
             try:
                 values[name] = parse_duration(values[name])
             except ConfigError as exc:
                 problems.append(ConfigProblem(join_path(path, name), str(exc)))
-                return None
-    return build(SECTIONS[key], path, problems, **values)
+                bad.append(join_path(path, name))
+    return bad
+
+
+def _build_without(
+    factory: Callable[..., _T],
+    path: str,
+    problems: list[ConfigProblem],
+    values: dict[str, Any],
+    bad: list[str],
+) -> _T | None:
+    """``build`` with the values at paths ``bad`` left out (their defaults), and no further
+    problem reported at those paths."""
+    kept = {k: v for k, v in values.items() if join_path(path, k) not in bad}
+    found: list[ConfigProblem] = []
+    built = build(factory, path, found, **kept)
+    problems.extend(p for p in found if p.path not in bad)
+    return built
 
 
 def read_list(

@@ -10,6 +10,7 @@ from airflow.sdk import Context
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.run_locks import PEEK_SENSOR_APP
 from airflow_provider_pgsync.sensors.base import PgSyncSensor
 from airflow_provider_pgsync.triggers.checks import Payload, check_positive, pending_event
 from airflow_provider_pgsync.triggers.pending_changes import PendingChangesTrigger
@@ -85,7 +86,7 @@ class PgPendingChangesSensor(PgSyncSensor):
     def check(self, context: Context) -> Payload | None:
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         with hook.connect() as conn:
-            app = f"pgsync pending-changes sensor {self.slot_name}"
+            app = f"{PEEK_SENSOR_APP} {self.slot_name}"
             conn.execute("SELECT set_config('application_name', %s, false)", (app[:63],))
             count = count_pending(conn, self.slot_name, self.publication_name, self.min_changes)
         if count.busy:

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.run_locks import PEEK_SENSOR_APP
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.triggers.base import PollingTrigger
 from airflow_provider_pgsync.triggers.checks import Payload, check_positive, pending_event
@@ -64,7 +65,7 @@ class PendingChangesTrigger(PollingTrigger):
         return (self.deadline - datetime.now(UTC)).total_seconds()
 
     async def poll(self) -> Payload | None:
-        app = f"pgsync pending-changes sensor {self.slot_name}"
+        app = f"{PEEK_SENSOR_APP} {self.slot_name}"
         async with await connect(self.postgres_conn_id, application_name=app) as conn:
             count = await acount_pending(conn, self.slot_name, self.publication_name, self.min_changes)
         if count.busy:

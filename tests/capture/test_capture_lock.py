@@ -120,3 +120,33 @@ def test_a_running_capture_makes_a_second_one_fail_fast(make_pipeline: MakePipel
     second = pipeline.capture()
     assert (second.changes, second.segments, second.idle) == (0, (), True)
     assert [c["id"] for c in pipeline.changes("items")] == ["1", "2"]
+
+
+def test_capture_waits_for_a_watchers_peek_holding_its_lock(make_pipeline: MakePipeline) -> None:
+    """A pending-changes watcher or sensor takes capture's lock for one bounded peek: a capture
+    starting then waits for it (up to BRIEF_WAIT_S) instead of failing the run."""
+    from airflow_provider_pgsync.hooks.run_locks import PEEK_WATCHER_APP
+
+    pipeline = make_pipeline(DDL, ["items"])
+    pipeline.database.execute("INSERT INTO items VALUES (1, 'one')")
+    watcher = f"{PEEK_WATCHER_APP} {pipeline.slot}"
+    held = threading.Event()
+    release = threading.Event()
+
+    def peek() -> None:
+        with pipeline.hook.capture_lock(pipeline.slot, watcher):
+            held.set()
+            release.wait(timeout=30)
+
+    thread = threading.Thread(target=peek, name="watcher-peek")
+    thread.start()
+    try:
+        assert held.wait(timeout=30), "the stand-in watcher never took the lock"
+        threading.Timer(1.0, release.set).start()  # the peek ends while capture waits
+        started = time.monotonic()
+        result = pipeline.capture()
+        assert time.monotonic() - started >= 0.5, "capture did not meet the watcher's lock"
+    finally:
+        release.set()
+        thread.join(timeout=30)
+    assert (result.changes, result.idle) == (1, True)

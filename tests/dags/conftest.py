@@ -81,7 +81,9 @@ def make_pipeline_dags(
     database: Database, source_conn_id: str, tmp_path: Path, airflow_db: None
 ) -> MakePipelineDags:
     """``make_pipeline_dags(tables, **config)``: the DAGs of a pipeline on this test's database
-    (changelog in the test's folder; other keys as in a config file)."""
+    (changelog in the test's folder; other keys as in a config file). The cdc tasks are not
+    retried unless ``schedules`` says so: ``dag.test()`` would wait out each retry of a run
+    that is meant to fail."""
 
     def make(tables: list[Any], **values: Any) -> PipelineDags:
         data = {
@@ -90,6 +92,7 @@ def make_pipeline_dags(
             "tables": tables,
             "changelog": {"uri": str(tmp_path / "changelog")},
             **values,
+            "schedules": {"retries": 0, **values.get("schedules", {})},
         }
         config = PipelineConfig.from_mapping(data)
         return PipelineDags(config, build_dags(config), database)

@@ -8,7 +8,7 @@ from types import ModuleType
 
 from airflow_provider_pgsync import pipeline
 
-LAYERS = ("problems", "parts", "destination_configs", "reading_parts", "config", "reading")
+LAYERS = ("problems", "schedules", "parts", "destination_configs", "reading_parts", "config", "reading")
 """The package's modules, each importing (of the package) only modules before it: no cycles."""
 
 
