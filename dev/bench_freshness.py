@@ -362,9 +362,6 @@ def bench_freshness(
             "PGSYNC_CONFIG": str(config),
             f"AIRFLOW_CONN_{SOURCE_CONN.upper()}": cluster.url(SOURCE_DB, with_password=True),
             f"AIRFLOW_CONN_{REPLICA_CONN.upper()}": cluster.url(REPLICA_DB, with_password=True),
-            # under this load the API server may take longer than the default 5 s to answer a
-            # task's first call; the task's retry of it then fails ("already running")
-            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "120",
         },
     )
     results: list[PhaseResult] = []
