@@ -7,6 +7,9 @@ dev/bench baseline   rows/s of a baseline (Spark, snapshot -> durable lake base)
 dev/bench apply      changes/s of apply (changelog -> PostgreSQL destination) over rows/s
                      of COPY FROM STDIN of as many rows; also the lake's apply and the
                      compaction of its base plus those changes
+dev/bench freshness  seconds from commit until each destination has it, under ~1,000 tx/s,
+                     on a real Airflow deployment, for cron and event-driven cdc runs
+                     (dev/bench_freshness.py)
 """
 
 from __future__ import annotations
@@ -366,7 +369,7 @@ def bench_lake(cluster: Cluster, state: Any, changelog_uri: str, rows: int, chan
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dev/bench", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["capture", "baseline", "apply"])
+    parser.add_argument("what", choices=["capture", "baseline", "apply", "freshness"])
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--partition-mb", type=float, default=256)
@@ -378,7 +381,24 @@ def main(argv: list[str]) -> int:
         help="extra Spark configuration of the baseline job (repeatable)",
     )
     parser.add_argument("--driver-memory", help="spark-submit --driver-memory of the baseline job")
+    parser.add_argument("--minutes", type=float, default=10, help="freshness: minutes of load per phase")
+    parser.add_argument("--rate", type=float, default=1000, help="freshness: target transactions/s")
+    parser.add_argument("--writers", type=int, default=4, help="freshness: writer threads")
+    parser.add_argument("--sample-every", type=int, default=100, help="freshness: 1 commit in N is probed")
+    parser.add_argument(
+        "--phases", default="cron,event", help="freshness: the phases to run, in order: cron, event"
+    )
+    parser.add_argument("--cron", help="freshness: the cron phase's cdc schedule (YAML; '* * * * *')")
+    parser.add_argument(
+        "--event", help="freshness: the event-driven cdc schedule (YAML; {on_changes: 1000, max_wait: 60s})"
+    )
     args = parser.parse_args(argv)
+    if args.what == "freshness":
+        from bench_freshness import CRON, EVENTS, bench_freshness
+
+        schedules = {"cron": ("cron", args.cron or CRON), "event": ("event-driven", args.event or EVENTS)}
+        phases = [schedules[p.strip()] for p in args.phases.split(",")]
+        return bench_freshness(args.minutes, args.rate, args.writers, args.sample_every, phases)
     if args.what == "capture":
         bench_capture(args.changes)
     if args.what == "apply":

@@ -206,14 +206,14 @@ def source_sums(conninfo: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def lake_sums() -> dict[str, tuple[int, int]]:
-    """The same figures of the lake's views, in a Spark session of this process."""
+def lake_sums(warehouse: Path = DEMO / "lake") -> dict[str, tuple[int, int]]:
+    """The same figures of the lake's views (in ``warehouse``), in a Spark session of this process."""
     from pyspark.sql import SparkSession
 
     from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
     from airflow_provider_pgsync.source.names import TableRef
 
-    lake = LakeDestination.from_config({"warehouse": str(DEMO / "lake")})
+    lake = LakeDestination.from_config({"warehouse": str(warehouse)})
     builder = SparkSession.builder.master("local[2]").appName("pgsync demo check")
     for key, value in lake.spark_conf().items():
         builder = builder.config(key, value)
