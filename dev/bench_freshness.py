@@ -101,12 +101,6 @@ def prepare(cluster: Cluster) -> None:
     with psycopg.connect(cluster.conninfo(SOURCE_DB), autocommit=True) as conn:
         conn.execute(SCHEMA)
         conn.execute("CREATE INDEX events_customer ON events (customer_id)")
-    # the replica's control schema and watermark table, made once here: the baseline's tasks
-    # (one per table, in parallel) each make them if missing, and two concurrent
-    # CREATE SCHEMA IF NOT EXISTS can fail with a unique violation
-    from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-
-    PostgresDestination(cluster.conninfo(REPLICA_DB), name="replica").close()
 
 
 def api(deployment: Deployment, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

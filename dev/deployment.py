@@ -32,7 +32,7 @@ from pgcluster import REPO, Cluster, dev_cluster
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
 HEALTHY = ("metadatabase", "scheduler", "triggerer", "dag_processor")
-AIRFLOW = REPO / ".venv" / "bin" / "airflow"
+AIRFLOW = Path(sys.executable).with_name("airflow")  # of the environment running this
 DEFAULT_HOME = REPO / ".dev" / "airflow"
 DEFAULT_PORT = 8080
 API_TIMEOUT_S = 120  # a busy 2-core machine (Spark jobs, task processes) answers slowly

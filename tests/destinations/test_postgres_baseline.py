@@ -210,7 +210,11 @@ def test_destinations_opened_at_once_on_a_fresh_replica_all_succeed(replica: Dat
         start = threading.Barrier(8)
         errors: list[BaseException] = []
 
-        def open_one(schema: str = f"ctl_{round_}") -> None:
+        def open_one(
+            schema: str = f"ctl_{round_}",
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
             try:
                 start.wait(timeout=30)
                 PostgresDestination(replica.conninfo, name="replica", control_schema=schema).close()
