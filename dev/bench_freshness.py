@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import time
-import urllib.error
-import urllib.parse
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +27,7 @@ from deployment import Deployment, DeploymentError
 from freshness_load import LoadWriter
 from freshness_probe import Probe, Tracker, percentiles
 
-from pgcluster import REPO, Cluster, default_base_dir, server_user
+from pgcluster import REPO, Cluster, default_base_dir, free_port, server_user
 
 FRESH = REPO / ".dev" / "bench" / "freshness"
 PIPELINE = "fresh"
@@ -58,12 +54,6 @@ class PhaseResult:
     writer_seconds: float
     drain_seconds: float
     in_sync: bool
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(path: Path, cdc: str) -> None:
@@ -103,91 +93,29 @@ def prepare(cluster: Cluster) -> None:
         conn.execute("CREATE INDEX events_customer ON events (customer_id)")
 
 
-def api(deployment: Deployment, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    """``deployment.api`` called again while the API server does not answer in time (on a
-    loaded 2-core machine it sometimes takes more than its 10 s); every call here may repeat."""
-    deadline = time.monotonic() + API_PATIENCE
-    while True:
-        try:
-            return deployment.api(method, path, body)
-        except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
-            if time.monotonic() > deadline:
-                raise DeploymentError(
-                    f"{method} /api/v2/{path}: no answer for {API_PATIENCE:.0f} s: {exc}"
-                ) from exc
-            deployment.check_alive()
-            time.sleep(2)
-
-
-def runs(deployment: Deployment, dag_id: str) -> list[dict[str, Any]]:
-    return list(api(deployment, "GET", f"dags/{dag_id}/dagRuns?order_by=run_after&limit=1000")["dag_runs"])
-
-
-def pause(deployment: Deployment, dag_id: str, paused: bool) -> None:
-    api(deployment, "PATCH", f"dags/{dag_id}", {"is_paused": paused})
-
-
-def wait_run(deployment: Deployment, dag_id: str, run_id: str, timeout: float) -> None:
-    """Wait until the run ends; DeploymentError unless it succeeded."""
-    quoted = urllib.parse.quote(run_id, safe="")
-    deadline = time.monotonic() + timeout
-    while (state := api(deployment, "GET", f"dags/{dag_id}/dagRuns/{quoted}")["state"]) not in (
-        "success",
-        "failed",
-    ):
-        if time.monotonic() > deadline:
-            raise DeploymentError(f"run {run_id} of {dag_id} not done after {timeout:.0f} s")
-        time.sleep(5)  # each call costs the busy API server a token and a query
-    if state != "success":
-        raise DeploymentError(f"{dag_id} run {run_id} ended {state}; see {deployment.logs}")
-
-
-def wait_parsed(deployment: Deployment, dag_id: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not api(deployment, "GET", f"dags?dag_id_pattern={dag_id}")["dags"]:
-        if time.monotonic() > deadline:
-            raise DeploymentError(f"DAG {dag_id} not parsed after {timeout:.0f} s; see {deployment.logs}")
-        time.sleep(2)
-
-
 def run_dag(deployment: Deployment, kind: str, timeout: float) -> None:
     """Unpause DAG ``kind`` of the pipeline, trigger it and wait for its success."""
     dag_id = f"pgsync_{PIPELINE}_{kind}"
-    wait_parsed(deployment, dag_id)
-    pause(deployment, dag_id, False)
-    run_id = f"bench_{time.time_ns()}"  # our own id: a repeated POST finds it taken (HTTP 409)
-    now = datetime.now(UTC).isoformat()
-    body: dict[str, Any] = {"dag_run_id": run_id, "logical_date": now, "conf": {}}
-    with contextlib.suppress(DeploymentError):
-        api(deployment, "POST", f"dags/{dag_id}/dagRuns", body)
-    wait_run(deployment, dag_id, run_id, timeout)
+    deployment.wait_dag(dag_id, timeout=300)
+    deployment.unpause(dag_id)
+    _succeeded(deployment, dag_id, deployment.trigger(dag_id), timeout)
+
+
+def _succeeded(deployment: Deployment, dag_id: str, run_id: str, timeout: float) -> None:
+    state = deployment.wait_run(dag_id, run_id, timeout)
+    if state != "success":
+        raise DeploymentError(f"{dag_id} run {run_id} ended {state}; see {deployment.logs}")
 
 
 def wait_baseline(deployment: Deployment, timeout: float) -> None:
     """Wait for the baseline run that setup triggered."""
     dag_id = f"pgsync_{PIPELINE}_baseline"
     deadline = time.monotonic() + timeout
-    while not (found := runs(deployment, dag_id)):
+    while not (found := deployment.runs(dag_id)):
         if time.monotonic() > deadline:
             raise DeploymentError(f"setup triggered no run of {dag_id} within {timeout:.0f} s")
         time.sleep(2)
-    wait_run(deployment, dag_id, found[-1]["dag_run_id"], timeout)
-
-
-def pause_cdc(deployment: Deployment, timeout: float = 600.0) -> None:
-    """Pause the cdc DAG between two of its runs, so no run of it is left half done (the
-    scheduler does not go on with the runs of a paused DAG) and none starts during the next phase."""
-    dag_id = f"pgsync_{PIPELINE}_cdc"
-    deadline = time.monotonic() + timeout
-    while True:
-        while any(r["state"] in ("queued", "running") for r in runs(deployment, dag_id)):
-            if time.monotonic() > deadline:
-                raise DeploymentError(f"a run of {dag_id} still active after {timeout:.0f} s")
-            time.sleep(5)
-        pause(deployment, dag_id, True)
-        if not any(r["state"] in ("queued", "running") for r in runs(deployment, dag_id)):
-            return
-        pause(deployment, dag_id, False)  # a run started meanwhile: let it finish first
+    _succeeded(deployment, dag_id, found[-1]["dag_run_id"], timeout)
 
 
 def wait_schedule(deployment: Deployment, before: str | None, timeout: float = 180.0) -> str:
@@ -195,7 +123,7 @@ def wait_schedule(deployment: Deployment, before: str | None, timeout: float = 1
     dag_id = f"pgsync_{PIPELINE}_cdc"
     deadline = time.monotonic() + timeout
     while True:
-        summary = str(api(deployment, "GET", f"dags/{dag_id}").get("timetable_summary"))
+        summary = str(deployment.api("GET", f"dags/{dag_id}").get("timetable_summary"))
         if summary != before:
             return summary
         if time.monotonic() > deadline:
@@ -269,7 +197,7 @@ def run_phase(
     probe.start()
     writer.start()
     dag_id = f"pgsync_{PIPELINE}_cdc"
-    pause(deployment, dag_id, False)
+    deployment.unpause(dag_id)
     print(f"{name}: cdc {schedule}; {writers} writer(s) at {rate:,.0f} tx/s for {minutes:g} min", flush=True)
     deadline = time.monotonic() + minutes * 60
     shown = time.monotonic()
@@ -293,7 +221,7 @@ def run_phase(
         print(f"  {progress(writer, probe)}", flush=True)
     drain = time.monotonic() - writer.stopped
     tracker = probe.stop()
-    pause_cdc(deployment)
+    deployment.pause_between_runs(f"pgsync_{PIPELINE}_cdc")
     in_sync = compare(cluster)
     return PhaseResult(name, schedule, tracker, transactions, changes, writer.seconds, drain, in_sync)
 
@@ -372,8 +300,8 @@ def bench_freshness(
         took = time.monotonic() - started
         print(f"airflow: healthy in {took:.0f} s at {deployment.base_url} (logs: {deployment.logs})")
         started = time.monotonic()
-        wait_parsed(deployment, f"pgsync_{PIPELINE}_baseline")
-        pause(deployment, f"pgsync_{PIPELINE}_baseline", False)  # setup triggers it
+        deployment.wait_dag(f"pgsync_{PIPELINE}_baseline", timeout=300)
+        deployment.unpause(f"pgsync_{PIPELINE}_baseline")  # setup triggers it
         run_dag(deployment, "setup", 600)
         wait_baseline(deployment, 1200)
         print(f"setup and baseline of both destinations: {time.monotonic() - started:.0f} s", flush=True)

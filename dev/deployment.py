@@ -35,7 +35,8 @@ HEALTHY = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 AIRFLOW = Path(sys.executable).with_name("airflow")  # of the environment running this
 DEFAULT_HOME = REPO / ".dev" / "airflow"
 DEFAULT_PORT = 8080
-API_TIMEOUT_S = 120  # a busy 2-core machine (Spark jobs, task processes) answers slowly
+API_TIMEOUT_S = 60
+API_PATIENCE_S = 300  # a busy 2-core machine (Spark jobs, task processes) answers slowly
 
 
 class DeploymentError(RuntimeError):
@@ -207,19 +208,29 @@ class Deployment:
         return self._bearer
 
     def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """Call ``/api/v2/<path>``; the parsed JSON answer."""
+        """Call ``/api/v2/<path>``; the parsed JSON answer. A call the API server does not
+        answer in time is made again for up to ``API_PATIENCE_S`` (a loaded 2-core machine is
+        slow to answer), so every call here must be safe to repeat."""
         request = urllib.request.Request(
             f"{self.base_url}/api/v2/{path}",
             method=method,
             data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self._token()}", "Content-Type": "application/json"},
         )
-        try:
-            with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:2000]
-            raise DeploymentError(f"{method} /api/v2/{path}: HTTP {exc.code}: {detail}") from exc
+        deadline = time.monotonic() + API_PATIENCE_S
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
+                    return json.load(response)
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode(errors="replace")[:2000]
+                raise DeploymentError(f"{method} /api/v2/{path}: HTTP {exc.code}: {detail}") from exc
+            except (TimeoutError, urllib.error.URLError, ConnectionError) as exc:
+                if time.monotonic() > deadline:
+                    late = f"{method} /api/v2/{path}: no answer in {API_PATIENCE_S} s"
+                    raise DeploymentError(late) from exc
+                self.check_alive()
+                time.sleep(2)
 
     def wait_dag(self, dag_id: str, timeout: float = 180.0) -> None:
         """Wait until the dag-processor has parsed ``dag_id``."""
@@ -237,12 +248,19 @@ class Deployment:
         self.api("PATCH", f"dags/{dag_id}", {"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
-        """Trigger a run of ``dag_id`` now; its run id."""
+        """Trigger a run of ``dag_id`` now; its run id (our own, so a repeated POST finds it
+        taken instead of starting a second run)."""
         from datetime import UTC, datetime
 
-        body = {"logical_date": datetime.now(UTC).isoformat(), "conf": conf or {}}
-        run: dict[str, Any] = self.api("POST", f"dags/{dag_id}/dagRuns", body)
-        return str(run["dag_run_id"])
+        now = datetime.now(UTC)
+        run_id = f"manual__{now.isoformat()}"
+        body = {"dag_run_id": run_id, "logical_date": now.isoformat(), "conf": conf or {}}
+        try:
+            self.api("POST", f"dags/{dag_id}/dagRuns", body)
+        except DeploymentError:
+            if not any(r["dag_run_id"] == run_id for r in self.runs(dag_id)):
+                raise
+        return run_id
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         """Every run of ``dag_id``, oldest first."""
@@ -265,6 +283,24 @@ class Deployment:
             time.sleep(1)
         raise DeploymentError(f"run {run_id} of {dag_id} not done after {timeout:.0f} s")
 
+
+    def pause_between_runs(self, dag_id: str, timeout: float = 600.0) -> None:
+        """Pause ``dag_id`` when none of its runs is queued or running: the scheduler does not go
+        on with the runs of a paused DAG, so pausing in the middle of one would leave it hanging."""
+        deadline = time.monotonic() + timeout
+
+        def active() -> bool:
+            return any(r["state"] in ("queued", "running") for r in self.runs(dag_id))
+
+        while True:
+            while active():
+                if time.monotonic() > deadline:
+                    raise DeploymentError(f"a run of {dag_id} still active after {timeout:.0f} s")
+                time.sleep(1)
+            self.unpause(dag_id, paused=True)
+            if not active():
+                return
+            self.unpause(dag_id)  # a run started meanwhile: let it finish first
 
 def _alive(pid: int) -> bool:
     try:

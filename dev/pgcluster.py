@@ -17,6 +17,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -30,6 +31,13 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 54329
 SUPERUSER = "pgsync"
 _FALLBACK_USER = "pgsync"
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def dev_password() -> str:

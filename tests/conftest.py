@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from psycopg import sql
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "dev"))
 
-from pgcluster import Cluster, default_base_dir, server_user  # noqa: E402
+from pgcluster import Cluster, default_base_dir, free_port, server_user  # noqa: E402
 
 # Airflow reads its home at import time: keep the tests' Airflow out of ~/airflow.
 _AIRFLOW_HOME = REPO / ".dev" / f"airflow-test-{os.getpid()}"
@@ -37,12 +36,6 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # 2-core machine: a baseline test 70-77 s instead of 101-119 s). spark-submit passes this to
 # every driver JVM (spark-submit, pyspark sessions, spark-sql); production runs keep the defaults.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _remove_stale_clusters(base: Path) -> None:

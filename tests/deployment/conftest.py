@@ -101,13 +101,8 @@ class Scheduled:
         pytest.fail(f"{what}: not within {timeout:.0f} s (logs: {self.deployment.logs})")
 
     def quiet(self) -> None:
-        """Pause the cdc DAG and wait until no run of it is queued or running."""
-        cdc = self.dag("cdc")
-        self.deployment.unpause(cdc, paused=True)
-        self.wait_for(
-            "cdc runs to end",
-            lambda: all(r["state"] in ("success", "failed") for r in self.deployment.runs(cdc)),
-        )
+        """Pause the cdc DAG between two of its runs: none is queued or running afterwards."""
+        self.deployment.pause_between_runs(self.dag("cdc"))
 
     def reschedule(self, cdc: str, summary: str) -> None:
         """Rewrite the config with cdc schedule ``cdc`` (YAML) and wait until the dag-processor
