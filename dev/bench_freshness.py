@@ -31,6 +31,7 @@ from pgcluster import REPO, Cluster, default_base_dir, free_port, server_user
 
 FRESH = REPO / ".dev" / "bench" / "freshness"
 PIPELINE = "fresh"
+CDC_DAG = f"pgsync_{PIPELINE}_cdc"
 SOURCE_DB, REPLICA_DB = "fresh_source", "fresh_replica"
 SOURCE_CONN, REPLICA_CONN = "fresh_source", "fresh_replica"
 DESTINATIONS = ("lake", "replica")
@@ -118,21 +119,6 @@ def wait_baseline(deployment: Deployment, timeout: float) -> None:
     _succeeded(deployment, dag_id, found[-1]["dag_run_id"], timeout)
 
 
-def wait_schedule(deployment: Deployment, before: str | None, timeout: float = 180.0) -> str:
-    """Wait until the dag-processor has parsed the cdc DAG with a schedule other than ``before``."""
-    dag_id = f"pgsync_{PIPELINE}_cdc"
-    deadline = time.monotonic() + timeout
-    while True:
-        summary = str(deployment.api("GET", f"dags/{dag_id}").get("timetable_summary"))
-        if summary != before:
-            return summary
-        if time.monotonic() > deadline:
-            raise DeploymentError(
-                f"{dag_id} still has schedule {before} {timeout:.0f} s after the config changed"
-            )
-        time.sleep(2)
-
-
 def watermark_reader(cluster: Cluster) -> Any:
     """A function reading each destination's own watermark of each table (``freshness_probe.Marks``)."""
     from demo import COLUMNS
@@ -196,7 +182,7 @@ def run_phase(
     )
     probe.start()
     writer.start()
-    dag_id = f"pgsync_{PIPELINE}_cdc"
+    dag_id = CDC_DAG
     deployment.unpause(dag_id)
     print(f"{name}: cdc {schedule}; {writers} writer(s) at {rate:,.0f} tx/s for {minutes:g} min", flush=True)
     deadline = time.monotonic() + minutes * 60
@@ -221,7 +207,7 @@ def run_phase(
         print(f"  {progress(writer, probe)}", flush=True)
     drain = time.monotonic() - writer.stopped
     tracker = probe.stop()
-    deployment.pause_between_runs(f"pgsync_{PIPELINE}_cdc")
+    deployment.pause_between_runs(CDC_DAG)
     in_sync = compare(cluster)
     return PhaseResult(name, schedule, tracker, transactions, changes, writer.seconds, drain, in_sync)
 
@@ -305,11 +291,11 @@ def bench_freshness(
         run_dag(deployment, "setup", 600)
         wait_baseline(deployment, 1200)
         print(f"setup and baseline of both destinations: {time.monotonic() - started:.0f} s", flush=True)
-        schedule = wait_schedule(deployment, None)
+        schedule = deployment.wait_schedule(CDC_DAG, lambda summary: True)  # as parsed now
         for n, (name, cdc) in enumerate(phases):
             if n:
                 write_config(config, cdc)
-                schedule = wait_schedule(deployment, schedule)
+                schedule = deployment.wait_schedule(CDC_DAG, lambda summary, old=schedule: summary != old)
             result = run_phase(
                 deployment,
                 cluster,

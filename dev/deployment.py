@@ -24,7 +24,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -244,14 +246,24 @@ class Deployment:
         log = self.logs / "dag-processor.log"
         raise DeploymentError(f"DAG {dag_id} not parsed after {timeout:.0f} s; see {log}")
 
+    def wait_schedule(self, dag_id: str, accept: Callable[[str], bool], timeout: float = 180.0) -> str:
+        """Wait until the dag-processor has parsed ``dag_id`` with a schedule ``accept`` takes
+        (its ``timetable_summary``, e.g. after the pipeline config changed); that summary."""
+        deadline = time.monotonic() + timeout
+        while True:
+            summary = str(self.api("GET", f"dags/{dag_id}/details").get("timetable_summary"))
+            if accept(summary):
+                return summary
+            if time.monotonic() > deadline:
+                raise DeploymentError(f"{dag_id} still has schedule {summary} after {timeout:.0f} s")
+            time.sleep(1)
+
     def unpause(self, dag_id: str, paused: bool = False) -> None:
         self.api("PATCH", f"dags/{dag_id}", {"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
         """Trigger a run of ``dag_id`` now; its run id (our own, so a repeated POST finds it
         taken instead of starting a second run)."""
-        from datetime import UTC, datetime
-
         now = datetime.now(UTC)
         run_id = f"manual__{now.isoformat()}"
         body = {"dag_run_id": run_id, "logical_date": now.isoformat(), "conf": conf or {}}

@@ -108,13 +108,7 @@ class Scheduled:
         """Rewrite the config with cdc schedule ``cdc`` (YAML) and wait until the dag-processor
         re-parsed the cdc DAG (its ``timetable_summary`` contains ``summary``)."""
         self.config.write_text(config_yaml(self.changelog, cdc))
-        path = f"dags/{self.dag('cdc')}/details"
-        self.wait_for(
-            f"the cdc DAG re-parsed with schedule {cdc}",
-            lambda: summary in str(self.deployment.api("GET", path).get("timetable_summary")),
-            timeout=120,
-        )
-
+        self.deployment.wait_schedule(self.dag("cdc"), lambda found: summary in found, timeout=120)
 
 @pytest.fixture(scope="package")
 def scheduled(pg_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scheduled]:
