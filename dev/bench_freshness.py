@@ -295,7 +295,7 @@ def bench_freshness(
         for n, (name, cdc) in enumerate(phases):
             if n:
                 write_config(config, cdc)
-                schedule = deployment.wait_schedule(CDC_DAG, lambda summary, old=schedule: summary != old)
+                schedule = deployment.wait_schedule(CDC_DAG, schedule.__ne__)
             result = run_phase(
                 deployment,
                 cluster,
