@@ -28,6 +28,9 @@ from pgcluster import Cluster, default_base_dir, free_port, server_user  # noqa:
 
 # Airflow reads its home at import time: keep the tests' Airflow out of ~/airflow.
 _AIRFLOW_HOME = REPO / ".dev" / f"airflow-test-{os.getpid()}"
+if os.environ.get("AIRFLOW_HOME", "").startswith(str(REPO / ".dev" / "airflow-test-")):
+    # a pytest-xdist worker inherits its controller's environment: each worker has its own home
+    os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW_HOME", str(_AIRFLOW_HOME))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")

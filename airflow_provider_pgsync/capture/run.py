@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_pgsync.capture.columns import join_payloads
-from airflow_provider_pgsync.capture.failpoints import fail_point, pause_point
 from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
 from airflow_provider_pgsync.errors import ConfigError, SlotError
+from airflow_provider_pgsync.failpoints import fail_point, pause_point
 from airflow_provider_pgsync.hooks.ddl_trigger import ddl_catalog
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.run_locks import HeldLock

@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion, columns_of
-from airflow_provider_pgsync.capture.failpoints import EXIT_CODE, fail_point
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError, StateError
+from airflow_provider_pgsync.failpoints import EXIT_CODE, fail_point
 from airflow_provider_pgsync.pgoutput import LogicalMessage, Relation
 from airflow_provider_pgsync.source.ddl import (
     DDL_PREFIX,

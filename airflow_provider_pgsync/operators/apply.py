@@ -12,7 +12,6 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.apply.run import TableApplied, apply_table
 from airflow_provider_pgsync.apply.schema_change import check_on_schema_change, rebaseline_remedy
-from airflow_provider_pgsync.capture.failpoints import pause_point
 from airflow_provider_pgsync.changelog.retention import expired_files, unneeded_segments
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_name, open_destination
@@ -23,6 +22,7 @@ from airflow_provider_pgsync.errors import (
     DestinationUnavailableError,
     StaleDecisionError,
 )
+from airflow_provider_pgsync.failpoints import pause_point
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN

@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow_provider_pgsync.pipeline.problems import Checks, choice, format_duration
 from airflow_provider_pgsync.source.names import shown
+from airflow_provider_pgsync.triggers.run_gate import MAX_ON_CHANGES
 
 SCHEDULE_PRESETS = (
     "@once",
@@ -25,9 +26,6 @@ DEFAULT_COMPACT_SCHEDULE = "@daily"
 DEFAULT_ON_CHANGES = 1000
 DEFAULT_MAX_WAIT = timedelta(seconds=60)
 DEFAULT_POLL_INTERVAL = timedelta(seconds=5)
-MAX_ON_CHANGES = (2**31 - 1) // 4
-"""The watcher's peek reads up to 4 messages per change (``triggers.checks.MESSAGES_PER_CHANGE``)
-and its bound is a PostgreSQL int4."""
 MAX_RETRIES = 100
 
 

@@ -4,7 +4,7 @@ The child side (``python -m tests.capture.capture_worker ...``) runs ``capture``
 with a PostgreSQL state store in the source database and prints one result line. It
 reads the source connection from an ``AIRFLOW_CONN_<ID>`` variable of its environment
 (never from its command line) and dies at ``PGSYNC_FAIL_POINT`` if that is set, with
-exit code 77 (``capture.failpoints``).
+exit code 77 (``failpoints``).
 
 Besides the capture result it reports its memory in KiB: the resident set after the
 imports and the first connections (``VmRSS``), its peak at the end (``VmHWM``, and
@@ -65,7 +65,7 @@ def run_capture_process(
 
     ``settings`` are further integer CaptureSettings (e.g. ``worker_from_bytes``).
     """
-    from airflow_provider_pgsync.capture.failpoints import ENV
+    from airflow_provider_pgsync.failpoints import ENV
 
     env = dict(os.environ)
     env.pop(ENV, None)

@@ -16,11 +16,11 @@ from typing import Any
 
 from psycopg import sql
 
-from airflow_provider_pgsync.capture.failpoints import ENV as FAIL_POINT_ENV
-from airflow_provider_pgsync.capture.failpoints import EXIT_CODE
 from airflow_provider_pgsync.capture.run import CaptureResult
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.failpoints import ENV as FAIL_POINT_ENV
+from airflow_provider_pgsync.failpoints import EXIT_CODE
 from airflow_provider_pgsync.pgoutput import LSN, pg_timestamp
 from airflow_provider_pgsync.state.model import ColumnInfo, Init
 from tests.capture.conftest import (

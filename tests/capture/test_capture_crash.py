@@ -35,9 +35,9 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_pgsync.capture.failpoints import EXIT_CODE, POINTS
 from airflow_provider_pgsync.capture.run import CaptureResult, CaptureSettings, capture
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.failpoints import EXIT_CODE, POINTS
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput import (
     LSN,

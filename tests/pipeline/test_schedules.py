@@ -12,7 +12,6 @@ import yaml
 
 from airflow_provider_pgsync.pipeline import OnChanges, PipelineConfig, PipelineConfigError, Schedules
 from airflow_provider_pgsync.pipeline.reading import load_pipelines
-from airflow_provider_pgsync.pipeline.schedules import MAX_ON_CHANGES
 from airflow_provider_pgsync.triggers import run_gate
 from tests.pipeline.helpers import MINIMAL, problem, write
 
@@ -120,5 +119,6 @@ def test_python_api_mistakes_name_the_field() -> None:
 
 
 def test_the_bound_of_on_changes_is_the_watchers() -> None:
-    assert MAX_ON_CHANGES == run_gate.MAX_ON_CHANGES
-    assert OnChanges(MAX_ON_CHANGES).on_changes == MAX_ON_CHANGES
+    assert OnChanges(run_gate.MAX_ON_CHANGES).on_changes == run_gate.MAX_ON_CHANGES
+    with pytest.raises(PipelineConfigError, match=f"to {run_gate.MAX_ON_CHANGES}"):
+        _read({"cdc": {"on_changes": run_gate.MAX_ON_CHANGES + 1}})
