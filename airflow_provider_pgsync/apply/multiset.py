@@ -43,18 +43,10 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
     names = [c.name for c in columns]
     n = batch.num_rows
     ops = batch.column(OP)
-    old = {c: batch.column(old_key_column(c)) for c in names}
-    has_old = _any_valid([old[c] for c in names], n)
+    rows = pa.Table.from_batches([batch])
+    old_names = [old_key_column(c) for c in names]
+    has_old = _any_valid([batch.column(c) for c in old_names], n)
     unchanged = _unchanged_masks(batch.column(UNCHANGED), names, n)
-    before: dict[str, pa.Array] = {}
-    after: dict[str, pa.Array] = {}
-    for c in names:
-        new = batch.column(c)
-        # a DELETE without an old row is keyed by its row (the changelog's layout), as row_changes
-        before[c] = pc.if_else(has_old, old[c], new)
-        mask = unchanged.get(c)
-        after[c] = new if mask is None else pc.if_else(pa.array(mask), before[c], new)
-    before_rows, after_rows = pa.table(before), pa.table(after)
     adds = pc.is_in(ops, pa.array(["I", "U"])).to_numpy(zero_copy_only=False)
     removes = pc.is_in(ops, pa.array(["U", "D"])).to_numpy(zero_copy_only=False)
     cuts = np.flatnonzero(pc.equal(ops, "T").to_numpy(zero_copy_only=False))
@@ -63,24 +55,34 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
     for end in [*cuts.tolist(), n]:
         if end > start:
             positions = np.arange(start, end)
-            runs.append(
-                MultisetRun(
-                    inserts=after_rows.take(positions[adds[start:end]]),
-                    deletes=before_rows.take(positions[removes[start:end]]),
-                )
-            )
+            added, removed = positions[adds[start:end]], positions[removes[start:end]]
+            inserts = rows.select(names).take(added)
+            for c, mask in unchanged.items():  # an UPDATE's unchanged TOAST: its old row's value
+                kept = mask[added]
+                if kept.any():
+                    old = _before(rows.take(added), c, has_old[added])
+                    index = inserts.schema.get_field_index(c)
+                    inserts = inserts.set_column(index, c, pc.if_else(pa.array(kept), old, inserts.column(c)))
+            deletes = pa.table({c: _before(rows.take(removed), c, has_old[removed]) for c in names})
+            runs.append(MultisetRun(inserts=inserts, deletes=deletes))
         if end < n:
             runs.append(Truncate())
         start = end + 1
     return runs
 
 
-def _any_valid(arrays: list[pa.Array], n: int) -> pa.Array:
+def _before(rows: pa.Table, column: str, has_old: np.ndarray) -> pa.ChunkedArray:
+    """``column`` of the old rows: the old value where the change has an old row, else (a
+    DELETE keyed by its row, the changelog's layout) the row's, as ``row_changes``."""
+    return pc.if_else(pa.array(has_old), rows.column(old_key_column(column)), rows.column(column))
+
+
+def _any_valid(arrays: list[pa.Array], n: int) -> np.ndarray:
     """Per row, whether any of ``arrays`` holds a value there."""
     valid = np.zeros(n, dtype=bool)
     for array in arrays:
         valid |= pc.is_valid(array).to_numpy(zero_copy_only=False)
-    return pa.array(valid)
+    return valid
 
 
 def _unchanged_masks(unchanged: pa.Array, names: list[str], n: int) -> dict[str, np.ndarray]:
