@@ -78,6 +78,10 @@ def test_one_of_two_identical_rows_is_deleted_or_updated(
     ]
     rows = lifecycle(database, destination, changes, batch_size)
     assert sorted(r["a"] for r in rows) == ["1", "2", "3"]  # type: ignore[type-var]
+    # no row is ever updated in place: the table is packed, whatever the destination's fillfactor
+    assert database.execute("SELECT reloptions FROM pg_class WHERE oid = 'events'::regclass") == [
+        (["fillfactor=100"],)
+    ]
 
 
 @BATCHES
