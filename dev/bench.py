@@ -6,7 +6,8 @@ dev/bench baseline   rows/s of a baseline (Spark, snapshot -> durable lake base)
                      rows/s of COPY (SELECT * FROM t) TO STDOUT of the same table
 dev/bench apply      changes/s of apply (changelog -> PostgreSQL destination) over rows/s
                      of COPY FROM STDIN of as many rows; also the lake's apply and the
-                     compaction of its base plus those changes
+                     compaction of its base plus those changes; --keyless: of a table
+                     without a key (REPLICA IDENTITY FULL), 80 % inserts (dev/bench_apply_keyless.py)
 dev/bench freshness  seconds from commit until each destination has it, under ~1,000 tx/s,
                      on a real Airflow deployment, for cron and event-driven cdc runs
                      (dev/bench_freshness.py)
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--partition-mb", type=float, default=256)
+    parser.add_argument("--keyless", action="store_true", help="apply: a table without a key")
     parser.add_argument(
         "--spark-conf",
         action="append",
@@ -66,7 +68,11 @@ def main(argv: list[str]) -> int:
         from bench_capture import bench_capture
 
         bench_capture(args.changes)
-    if args.what == "apply":
+    if args.what == "apply" and args.keyless:
+        from bench_apply_keyless import bench_apply_keyless
+
+        bench_apply_keyless(args.changes)
+    elif args.what == "apply":
         from bench_apply import bench_apply
 
         bench_apply(args.changes)

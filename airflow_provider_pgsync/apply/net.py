@@ -12,7 +12,7 @@ their net effect in Arrow (the last change of each key wins) without a Python lo
 
 Tables whose identity is the whole row (REPLICA IDENTITY FULL without a primary key: every
 column is a key column) may hold duplicate rows; they are applied change by change
-(``row_changes``) instead.
+(``row_changes``) or as multiset operations (``apply/multiset.py``) instead.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class RowChange:
 
 
 def is_keyed(columns: Sequence[ColumnInfo]) -> bool:
-    """Whether rows have a key short of the whole row (else they are applied change by change)."""
+    """Whether rows have a key short of the whole row (else a change names its row by its values)."""
     keys = key_columns(columns)
     return bool(keys) and len(keys) < len(columns)
 

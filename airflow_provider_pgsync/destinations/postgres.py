@@ -10,7 +10,9 @@ identity. A batch becomes a few statements of its net effect
 case) is one DELETE and one UPDATE of the rows the table holds, joined with their keys or
 rows staged by ``COPY``, and one ``COPY`` of the new rows into the table. Other batches go
 step by step: deletes, inserts-or-updates of whole rows, then in-place updates that leave
-columns sent as unchanged TOAST alone.
+columns sent as unchanged TOAST alone. Tables whose identity is the whole row (REPLICA
+IDENTITY FULL without a primary key) take a batch as multiset operations: a ``COPY`` of the new
+rows and one ``DELETE`` of as many equal rows as the old rows (``postgres_keyless.py``).
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.
@@ -35,17 +37,15 @@ from airflow_provider_pgsync.apply.net import (
     KeyValues,
     NetStep,
     Present,
-    RowChange,
     Truncate,
     Values,
     bulk_net,
     is_keyed,
     net_steps,
-    row_changes,
 )
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
-from airflow_provider_pgsync.destinations import postgres_baseline, postgres_create
+from airflow_provider_pgsync.destinations import postgres_baseline, postgres_create, postgres_keyless
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
@@ -236,8 +236,7 @@ class PostgresDestination(Destination):
                         for step in net_steps(columns, changes):
                             self._apply_step(table, columns, step)
                     else:
-                        for change in row_changes(columns, changes):
-                            self._apply_row(table, columns, change)
+                        postgres_keyless.apply_keyless(self, table, columns, changes)
                 self._conn.execute(
                     sql.SQL(
                         "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
@@ -500,46 +499,6 @@ class PostgresDestination(Destination):
                 f"destination {self.name}: table {table} lacks {len(rows) - count} of {len(rows)} rows "
                 "that the source updated keeping unchanged TOAST values: the destination lost rows; "
                 "rebaseline it"
-            )
-
-    # ---- row-identity tables: change by change
-
-    def _apply_row(
-        self, table: TableRef, columns: Sequence[ColumnInfo], change: RowChange | Truncate
-    ) -> None:
-        if isinstance(change, Truncate):
-            self._conn.execute(sql.SQL("TRUNCATE {}").format(table.identifier))
-            return
-        names = [c.name for c in columns]
-        if change.old is not None:
-            deleted = self._conn.execute(
-                sql.SQL("DELETE FROM {0} WHERE ctid = (SELECT ctid FROM {0} WHERE {1} LIMIT 1)").format(
-                    table.identifier,
-                    sql.SQL(" AND ").join(
-                        sql.SQL("{}::text IS NOT DISTINCT FROM (%s::{})::text").format(
-                            sql.Identifier(c.name), sql.SQL(self._type(table, c))
-                        )
-                        for c in columns
-                    ),
-                ),
-                [change.old[n] for n in names],
-            ).rowcount
-            if deleted != 1:
-                raise DestinationError(
-                    f"destination {self.name}: table {table} has no row {change.old} that the source "
-                    f"{'updated' if change.op == 'U' else 'deleted'}: the destination lost rows; "
-                    "rebaseline it"
-                )
-        if change.new is not None:
-            self._conn.execute(
-                sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-                    table.identifier,
-                    sql.SQL(", ").join(map(sql.Identifier, names)),
-                    sql.SQL(", ").join(
-                        sql.SQL("%s::{}").format(sql.SQL(self._type(table, c))) for c in columns
-                    ),
-                ),
-                [change.new[n] for n in names],
             )
 
     # ---- helpers

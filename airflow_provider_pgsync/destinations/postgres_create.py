@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import GeneratedColumn, place_generated
 from airflow_provider_pgsync.source.names import TableRef
@@ -69,7 +70,9 @@ def create_table(
             plain.append(item)
     create = sql.SQL("CREATE TABLE {}{} ({}) WITH (fillfactor = {})")
     if_missing = sql.SQL(" IF NOT EXISTS") if if_not_exists else sql.SQL("")
-    fillfactor = sql.Literal(destination.fillfactor)
+    # a table without a key never has a row updated in place (apply deletes old rows and copies
+    # new ones in): room left on its pages would stay empty, so it is packed
+    fillfactor = sql.Literal(destination.fillfactor if is_keyed(columns) else 100)
     with conn.transaction():
         lock_ddl(conn)
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(target.schema)))

@@ -1,0 +1,251 @@
+"""Tables without a key (REPLICA IDENTITY FULL) in the PostgreSQL destination: batches as
+multiset operations give the rows that applying the changes one by one gives (the kit's model)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle
+from tests.conftest import Database
+from tests.destinations.test_postgres_destination import reader
+
+INT4, TEXT, NUMERIC, FLOAT8, JSON, JSONB, POINT = 23, 25, 1700, 701, 114, 3802, 600
+EVENTS = TableRef("public", "events")
+Row = dict[str, str | None]
+
+# every column a key column: what pgoutput says of REPLICA IDENTITY FULL
+COLUMNS = [
+    column("a", INT4, key=True),
+    column("b", TEXT, key=True),
+    column("n", NUMERIC, key=True),
+    column("j", JSON, key=True),
+]
+
+
+def row(a: str | None, b: str | None = "x", n: str | None = "1.0", j: str | None = '{"k": 1}') -> Row:
+    return {"a": a, "b": b, "n": n, "j": j}
+
+
+def insert(r: Row) -> Change:
+    return Change("I", r)
+
+
+def delete(r: Row) -> Change:
+    return Change("D", r)
+
+
+def update(old: Row, new: Row, unchanged: tuple[str, ...] = ()) -> Change:
+    return Change("U", new, old_key=old, unchanged=unchanged)
+
+
+@pytest.fixture
+def destination(database: Database) -> Iterator[PostgresDestination]:
+    dest = PostgresDestination(database.conninfo, name="replica")
+    yield dest
+    dest.close()
+
+
+def lifecycle(
+    database: Database, destination: PostgresDestination, changes: list[Change], batch_size: int
+) -> list[Row]:
+    """The changes applied in batches and compared with the model (AssertionError if they differ)."""
+    return run_lifecycle(
+        destination, EVENTS, COLUMNS, changes, read_rows=reader(database), batch_size=batch_size
+    )
+
+
+BATCHES = pytest.mark.parametrize("batch_size", [1, 3, 1000])
+
+
+@BATCHES
+def test_one_of_two_identical_rows_is_deleted_or_updated(
+    database: Database, destination: PostgresDestination, batch_size: int
+) -> None:
+    same, other = row("1"), row("2")
+    changes = [
+        insert(same),
+        insert(same),
+        insert(other),
+        insert(other),
+        delete(same),
+        update(other, row("3")),
+    ]
+    rows = lifecycle(database, destination, changes, batch_size)
+    assert sorted(r["a"] for r in rows) == ["1", "2", "3"]  # type: ignore[type-var]
+    # no row is ever updated in place: the table is packed, whatever the destination's fillfactor
+    assert database.execute("SELECT reloptions FROM pg_class WHERE oid = 'events'::regclass") == [
+        (["fillfactor=100"],)
+    ]
+
+
+@BATCHES
+def test_nulls_and_empty_strings_are_told_apart(
+    database: Database, destination: PostgresDestination, batch_size: int
+) -> None:
+    # (an UPDATE of a row of NULLs only is not told from an UPDATE without its old row in the
+    # changelog: both old rows are NULLs; a DELETE of such a row is)
+    nulls, empty = row(None, None, None, None), row(None, "", None, None)
+    changes = [
+        insert(nulls),
+        insert(empty),
+        insert(nulls),
+        insert(empty),
+        delete(nulls),
+        update(empty, row(None, "y", None, None)),
+    ]
+    rows = lifecycle(database, destination, changes, batch_size)
+    assert sorted((r["b"] if r["b"] is not None else "-") for r in rows) == ["", "-", "y"]
+
+
+@BATCHES
+def test_values_equal_as_numbers_but_not_as_text_stay_apart(
+    database: Database, destination: PostgresDestination, batch_size: int
+) -> None:
+    """numeric 1.0 = 1.00 and json has no equality: rows compare by their text, as change by change."""
+    changes = [
+        insert(row("1", n="1.0", j='{"k": 1}')),
+        insert(row("1", n="1.00", j='{"k": 1}')),
+        insert(row("1", n="1.0", j='{"k":1}')),
+        delete(row("1", n="1.00", j='{"k": 1}')),
+        update(row("1", n="1.0", j='{"k":1}'), row("1", n="2", j="[]")),
+    ]
+    rows = lifecycle(database, destination, changes, batch_size)
+    assert sorted((r["n"], r["j"]) for r in rows) == [("1.0", '{"k": 1}'), ("2", "[]")]  # type: ignore[type-var]
+
+
+@BATCHES
+def test_a_row_inserted_and_deleted_or_deleted_and_inserted_in_one_batch(
+    database: Database, destination: PostgresDestination, batch_size: int
+) -> None:
+    first, second = row("1"), row("2")
+    changes = [
+        insert(first),
+        delete(first),  # gone again in the same batch
+        insert(second),
+        delete(second),
+        insert(second),  # back again
+        insert(first),
+        update(first, row("4")),
+        update(row("4"), first),  # and back
+        update(first, row("5"), unchanged=("j",)),  # j from the old row (unchanged TOAST)
+    ]
+    rows = lifecycle(database, destination, changes, batch_size)
+    assert sorted((r["a"], r["j"]) for r in rows) == [("2", '{"k": 1}'), ("5", '{"k": 1}')]  # type: ignore[type-var]
+
+
+@BATCHES
+def test_truncate_cuts_a_batch_into_runs(
+    database: Database, destination: PostgresDestination, batch_size: int
+) -> None:
+    changes = [
+        insert(row("1")),
+        insert(row("1")),
+        Change("T"),
+        insert(row("1")),
+        insert(row("2")),
+        delete(row("1")),
+        Change("T"),
+        insert(row("3")),
+        update(row("3"), row("4")),
+    ]
+    rows = lifecycle(database, destination, changes, batch_size)
+    assert [r["a"] for r in rows] == ["4"]
+
+
+def random_changes(seed: int, length: int) -> list[Change]:
+    """Changes a source could send: few distinct values (many identical rows), NULLs, old rows
+    that exist when their change comes, and an occasional TRUNCATE."""
+    rng = random.Random(seed)
+    values = [
+        row(a, b, n, j)
+        for a in ("1", "2", None)
+        for b in ("x", "", None)
+        for n, j in (("1.0", '{"k": 1}'), ("1.00", '{"k":1}'), (None, None))
+    ]
+    rows: list[Row] = []
+    out: list[Change] = []
+    for _ in range(length):
+        choice = rng.random()
+        if not rows or choice < 0.45 or all(v is None for v in rows[-1].values()):
+            new = rng.choice(values)
+            rows.append(new)
+            out.append(insert(new))
+        elif choice < 0.7:
+            old = rows.pop(rng.randrange(len(rows)))
+            out.append(delete(old))
+        elif choice < 0.98:
+            i = len(rows) - 1  # a row not all NULLs (see test_nulls_and_empty_strings_are_told_apart)
+            old, new = rows[i], rng.choice(values)
+            unchanged = ("j",) if rng.random() < 0.2 else ()
+            rows[i] = {**new, "j": old["j"]} if unchanged else new
+            out.append(update(old, rows[i], unchanged))
+        else:
+            rows.clear()
+            out.append(Change("T"))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 7, 2026])
+def test_random_changes_reach_the_model(
+    database: Database, destination: PostgresDestination, seed: int
+) -> None:
+    changes = random_changes(seed, 300)
+    lifecycle(database, destination, changes, batch_size=random.Random(seed).choice([17, 60, 300]))
+
+
+def test_a_table_with_no_column_to_hash_compares_whole_rows(
+    database: Database, destination: PostgresDestination
+) -> None:
+    """json and point have no hash opclass: candidates come from a hash of the row's text."""
+    cols = [column("j", JSON, key=True), column("p", POINT, key=True), column("f", FLOAT8, key=True)]
+    values: list[Row] = [
+        {"j": "[1]", "p": "(1,2)", "f": None},
+        {"j": "[1]", "p": "(1,2)", "f": "0"},
+        {"j": "[1]", "p": "(1,2)", "f": "-0"},
+        {"j": None, "p": None, "f": "NaN"},
+    ]
+    changes = [Change("I", v) for v in values * 2] + [
+        Change("D", values[0]),
+        Change("D", values[2]),
+        Change("U", values[1], old_key=values[3]),
+    ]
+    rows = run_lifecycle(
+        destination, EVENTS, cols, changes, read_rows=reader(database), batch_size=len(changes)
+    )
+    assert len(rows) == 6
+
+
+def test_a_row_the_replica_lacks_is_an_error_and_nothing_is_applied(
+    database: Database, destination: PostgresDestination
+) -> None:
+    destination.open_table(EVENTS, COLUMNS, 0)
+    destination.apply(EVENTS, COLUMNS, change_batch(COLUMNS, [insert(row("1"))], first_lsn=16), (16, 1))
+    lost = change_batch(COLUMNS, [insert(row("2")), delete(row("1")), delete(row("1"))], first_lsn=32)
+    with pytest.raises(DestinationError, match=r"events lacks 1 of 2 rows.*lost rows; rebaseline"):
+        destination.apply(EVENTS, COLUMNS, lost, (64, 1))
+    assert destination.watermark(EVENTS) == (16, 1)
+    assert [r["a"] for r in reader(database)(EVENTS)] == ["1"]
+
+
+def test_a_failed_batch_applied_again_takes_effect_once(
+    database: Database, destination: PostgresDestination
+) -> None:
+    """The batch and its watermark commit together: after a failure the same batch applies
+    once; a batch at or below the watermark is what apply skips (``apply_table``)."""
+    destination.open_table(EVENTS, COLUMNS, 0)
+    first = [insert(row("1")), insert(row("1"))]
+    destination.apply(EVENTS, COLUMNS, change_batch(COLUMNS, first, first_lsn=16), (32, 1))
+    second = [insert(row("2")), delete(row("1")), update(row("1"), row("3"))]
+    bad = [*second, insert(row("not a number"))]
+    with pytest.raises(DestinationError, match=r"events.*invalid input syntax"):
+        destination.apply(EVENTS, COLUMNS, change_batch(COLUMNS, bad, first_lsn=48), (96, 1))
+    assert sorted(r["a"] for r in reader(database)(EVENTS)) == ["1", "1"]  # type: ignore[type-var]
+    destination.apply(EVENTS, COLUMNS, change_batch(COLUMNS, second, first_lsn=48), (80, 1))
+    assert destination.watermark(EVENTS) == (80, 1)
+    assert sorted(r["a"] for r in reader(database)(EVENTS)) == ["2", "3"]  # type: ignore[type-var]
