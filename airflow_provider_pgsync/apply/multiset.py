@@ -44,8 +44,11 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
     n = batch.num_rows
     ops = batch.column(OP)
     rows = pa.Table.from_batches([batch])
-    old_names = [old_key_column(c) for c in names]
-    has_old = _any_valid([batch.column(c) for c in old_names], n)
+    # REPLICA IDENTITY FULL sends the whole old row of every UPDATE, so an UPDATE's old row
+    # is its old columns even when all of them are NULL (a row of NULLs only); a DELETE's row
+    # is in the row's own columns (the changelog's layout) unless old columns are there
+    updates = pc.equal(ops, "U").to_numpy(zero_copy_only=False)
+    has_old = updates | _any_valid([batch.column(old_key_column(c)) for c in names], n)
     unchanged = _unchanged_masks(batch.column(UNCHANGED), names, n)
     adds = pc.is_in(ops, pa.array(["I", "U"])).to_numpy(zero_copy_only=False)
     removes = pc.is_in(ops, pa.array(["U", "D"])).to_numpy(zero_copy_only=False)

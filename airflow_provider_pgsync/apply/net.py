@@ -199,7 +199,8 @@ def row_changes(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> Iterato
             continue
         new = {n: data[n][i] for n in names}
         old_values = {n: data[old_key_column(n)][i] for n in names}
-        has_old = any(v is not None for v in old_values.values())
+        # an UPDATE always carries its whole old row, NULLs only too; a DELETE's is its row
+        has_old = op == "U" or any(v is not None for v in old_values.values())
         old = old_values if has_old else None
         if op == "I":
             yield RowChange("I", None, new)

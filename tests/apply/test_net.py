@@ -177,3 +177,12 @@ def test_row_changes_take_unchanged_values_from_the_old_row() -> None:
         ("U", old, {"a": "2", "t": "long"}),
         ("D", {"a": "2", "t": "long"}, None),
     ]
+
+
+def test_an_update_of_a_row_of_nulls_only_removes_that_row() -> None:
+    """REPLICA IDENTITY FULL sends every UPDATE's old row: one of NULLs only is still a row."""
+    cols = [column("a", 23, key=True), column("t", 25, key=True)]
+    nulls = {"a": None, "t": None}
+    changes = [Change("U", {"a": "1", "t": "x"}, old_key=nulls)]
+    out = list(row_changes(cols, change_batch(cols, changes, first_lsn=16)))
+    assert [(c.op, c.old, c.new) for c in out] == [("U", nulls, {"a": "1", "t": "x"})]  # type: ignore[union-attr]
