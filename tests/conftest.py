@@ -41,6 +41,15 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Spark drivers map the classes they load from an archive made once (tests/spark_cds.py)."""
+    from tests.spark_cds import spark_class_archive, use_archive
+
+    archive = spark_class_archive(REPO / ".dev" / "spark-cds")
+    if archive is not None:
+        use_archive(archive)
+
+
 def _remove_stale_clusters(base: Path) -> None:
     """Stop and remove test clusters left by pytest processes that no longer run."""
     for folder in base.glob("test-pg-*"):
