@@ -32,8 +32,11 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy airflow_provider_pgsync dev
 
+# the suite in TEST_WORKERS processes (pytest-xdist; a test file stays in one worker, so its
+# module fixtures are made once), with its slowest tests listed at the end
+TEST_WORKERS ?= 2
 pytest: deps venv
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 deps:
 	@bash dev/install-system.sh
