@@ -69,7 +69,11 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         # Python workers start and the partitions are copied; the swap finds it ready
         table = TableRef.parse(spec.table)
         writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
-        locations = _locations(spec, writers)
+        try:
+            locations = _locations(spec, writers)
+        except Exception as exc:  # e.g. a warehouse it cannot write: reported like a failed copy
+            log.error("%s: baseline failed: %s", spec.table, summarise(exc))
+            return BaselineResult(ok=False, session_seconds=time.monotonic() - started, error=summarise(exc))
         fast = bool(spec.arrow_query) and bool(lakes)  # the Arrow path writes lakes only
         if fast:
             problem = _start_python_workers(spark, slots)
