@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -201,7 +202,9 @@ class PgBaselineOperator(BaseOperator):
                             spark_ran=spark,
                             name=name,
                         )
+                finishing = time.monotonic()
                 self._replicas.finish(name, result)
+                finish_seconds = time.monotonic() - finishing
             except Exception as exc:
                 self._replicas.discard()
                 self._fail(store, key, names, lineage, exc)
@@ -241,6 +244,8 @@ class PgBaselineOperator(BaseOperator):
             "session_seconds": round(result.session_seconds, 3),
             "copy_seconds": round(result.copy_seconds, 3),
             "catalog_seconds": round(result.catalog_seconds, 3),
+            # the PostgreSQL destinations' finish after the job: key, analyze, swap
+            "finish_seconds": round(finish_seconds, 3),
             "written": list(result.written),
             "lineage": lineage,
         }

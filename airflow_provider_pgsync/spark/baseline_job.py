@@ -65,6 +65,15 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         slots = spark.sparkContext.defaultParallelism
+        # the catalog (Spark's Hive client: seconds of JVM work) starts now, while the executors'
+        # Python workers start and the partitions are copied; the swap finds it ready
+        table = TableRef.parse(spec.table)
+        writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
+        try:
+            locations = _locations(spec, writers)
+        except Exception as exc:  # e.g. a warehouse it cannot write: reported like a failed copy
+            log.error("%s: baseline failed: %s", spec.table, summarise(exc))
+            return BaselineResult(ok=False, session_seconds=time.monotonic() - started, error=summarise(exc))
         fast = bool(spec.arrow_query) and bool(lakes)  # the Arrow path writes lakes only
         if fast:
             problem = _start_python_workers(spark, slots)
@@ -91,7 +100,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         )
         copy_started = time.monotonic()
         try:
-            written, catalog_seconds = _copy(spark, spec, predicates, lakes, fast)
+            written, catalog_seconds = _copy(spark, spec, predicates, writers, locations, fast)
         except Exception as exc:
             summary = summarise(exc)
             log.error("%s: baseline failed: %s", spec.table, summary)
@@ -152,17 +161,27 @@ def _start_python_workers(spark: SparkSession, slots: int) -> str | None:
     return None
 
 
+def _locations(spec: BaselineJobSpec, writers: list[LakeBaseWriter]) -> list[str]:
+    """Where each lake's rows go; for a new base, its catalog is started (``warm_up``) too."""
+    if spec.stage_as:
+        return [writer.backfill_location(spec.stage_as) for writer in writers]
+    locations = [writer.new_location(spec.lineage or None) for writer in writers]
+    schema = base_schema(spec)
+    for writer, location in zip(writers, locations, strict=True):
+        writer.warm_up(location, schema)
+    return locations
+
+
 def _copy(
     spark: SparkSession,
     spec: BaselineJobSpec,
     predicates: list[str],
-    lakes: list[LakeDestination],
+    writers: list[LakeBaseWriter],
+    locations: list[str],
     fast: bool,
 ) -> tuple[list[dict[str, Any]], float]:
-    """Write the base into every destination, then swap each in (a backfill: only stage its
-    rows); what was written and the swap's seconds."""
-    table = TableRef.parse(spec.table)
-    writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
+    """Write the base into every destination (at ``locations``), then swap each in (a backfill:
+    only stage its rows); what was written and the swap's seconds."""
     replicas = [(i, d) for i, d in enumerate(spec.destinations) if d.get("kind") == "postgres"]
     if writers:
         log.info(
@@ -171,12 +190,6 @@ def _copy(
     if replicas:
         log.info("%s: copying with text COPY into %d PostgreSQL destination(s)", spec.table, len(replicas))
     schema = base_schema(spec)
-    if spec.stage_as:
-        locations = [writer.backfill_location(spec.stage_as) for writer in writers]
-    else:
-        locations = [writer.new_location(spec.lineage or None) for writer in writers]
-        for writer, location in zip(writers, locations, strict=True):
-            writer.warm_up(location, schema)
     rows = spark.sparkContext.accumulator(0)
     counter = (lambda: int(rows.value)) if fast or (replicas and not writers) else None
     with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
