@@ -18,14 +18,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pgcluster import REPO, Cluster, default_base_dir, server_user
+from pgcluster import REPO, Cluster, default_base_dir, free_port, server_user
 
 BENCH = REPO / ".dev" / "bench"
 
 
-def bench_cluster() -> Cluster:
-    """A fresh private cluster for one benchmark, so nothing else retains WAL or competes."""
-    cluster = Cluster(root=default_base_dir(server_user()) / "bench-pg", port=54339)
+def bench_cluster(name: str = "bench") -> Cluster:
+    """A fresh private cluster for one benchmark, so nothing else retains WAL or competes
+    (its own folder and a free port: benchmarks of different paths may run side by side)."""
+    cluster = Cluster(root=default_base_dir(server_user()) / f"{name}-pg", port=free_port())
     cluster.destroy()
     cluster.start()
     return cluster

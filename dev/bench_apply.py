@@ -29,7 +29,7 @@ def bench_apply(changes: int) -> float:
     from airflow_provider_pgsync.state.phases import DataSync, Init, SyncDone
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
-    cluster = bench_cluster()
+    cluster = bench_cluster("bench-apply")
     src, dst = "pgsync_bench_src", "pgsync_bench_dst"
     cluster.create_database(src)
     cluster.create_database(dst)

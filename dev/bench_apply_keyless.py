@@ -9,9 +9,7 @@ import shutil
 import time
 
 import psycopg
-from bench import BENCH
-
-from pgcluster import Cluster, default_base_dir, free_port, server_user
+from bench import BENCH, bench_cluster
 
 TABLE = "bench_keyless"  # also spelled out in the statements
 # every value twice: the table holds identical rows in pairs; a label in 7 is NULL
@@ -39,10 +37,7 @@ def bench_apply_keyless(changes: int) -> float:
     from airflow_provider_pgsync.state.phases import DataSync, Init, SyncDone
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
-    # a cluster of its own: other benchmarks may run at the same time
-    cluster = Cluster(root=default_base_dir(server_user()) / "bench-keyless-pg", port=free_port())
-    cluster.destroy()
-    cluster.start()
+    cluster = bench_cluster("bench-keyless")
     src, dst = "pgsync_bench_src", "pgsync_bench_dst"
     cluster.create_database(src)
     cluster.create_database(dst)

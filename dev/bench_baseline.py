@@ -21,7 +21,7 @@ def bench_baseline(
     shutil.rmtree(lake, ignore_errors=True)
     lake.mkdir(parents=True)
     os.environ["PGSYNC_LAKE"] = str(lake)
-    cluster = bench_cluster()
+    cluster = bench_cluster("bench-baseline")
     db = "pgsync_bench_baseline"
     cluster.create_database(db)
     os.environ["AIRFLOW_CONN_PGSYNC_BENCH"] = cluster.url(db, with_password=True)

@@ -19,7 +19,7 @@ def bench_capture(changes: int) -> float:
     from airflow_provider_pgsync.state.phases import Init
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
-    cluster = bench_cluster()
+    cluster = bench_cluster("bench-capture")
     db = "pgsync_bench_capture"
     cluster.create_database(db)
     single, bulk = changes // 2, changes // 2 // 1000
