@@ -45,6 +45,8 @@ _RANK = "_pgsync_rank"
 # of few changes rewrites a small part of a big table; at least 8 so every core writes
 _BUCKET_BYTES = 32 * 1024 * 1024
 _MIN_BUCKETS, _MAX_BUCKETS = 8, 4096
+# up to this many changes, their keys are broadcast to the tasks that read the base's files
+_BROADCAST_CHANGES = 500_000
 
 
 @dataclass(frozen=True)
@@ -73,17 +75,18 @@ def with_bucket(df: DataFrame, keys: Sequence[str], buckets: int, schema: Struct
     return df.withColumn(BUCKET, F.pmod(hashed, F.lit(buckets)))
 
 
-def touched(changes: DataFrame) -> tuple[list[int], tuple[int, ...] | None]:
-    """The buckets ``changes`` (with ``BUCKET``) touch, and the position (lsn, seq, pos) of the
-    last TRUNCATE among them (None: no TRUNCATE), in one pass."""
+def touched(changes: DataFrame) -> tuple[list[int], tuple[int, ...] | None, int]:
+    """The buckets ``changes`` (with ``BUCKET``) touch, the position (lsn, seq, pos) of the
+    last TRUNCATE among them (None: no TRUNCATE) and their number, in one pass."""
     order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
     row = changes.agg(
         F.collect_set(BUCKET).alias("buckets"),
         F.max(F.when(F.col(KIND) == "T", order)).alias("cut"),
+        F.count(F.lit(1)).alias("count"),
     ).first()
     assert row is not None
     cut = tuple(row["cut"]) if row["cut"] is not None else None
-    return sorted(int(b) for b in row["buckets"]), cut
+    return sorted(int(b) for b in row["buckets"]), cut, int(row["count"])
 
 
 def merge_buckets(
@@ -108,7 +111,7 @@ def merge_buckets(
         sum(files.fs.get_file_info(f"{files.path(meta.base)}/{n}").size for n in old_files)
     )
     changes = with_bucket(changes, keys, buckets, schema)
-    changed, cut = touched(changes)
+    changed, cut, count = touched(changes)
     if cut is not None:  # a TRUNCATE: nothing before it stays, of the base or of the changes
         order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
         changes = changes.where(order > F.struct(*(F.lit(v).cast("long") for v in cut)))
@@ -126,27 +129,44 @@ def merge_buckets(
             for name in old_files
             if file_bucket(name) in wanted
         ]
-    if cut is None and base_paths:
-        base = spark.read.schema(schema).parquet(*base_paths)
-        base = base.select(
-            *(column_ref(c) for c in columns),
-            F.lit("P").alias(KIND),
-            F.lit(-1).cast("long").alias(LSN_COL),
-            F.lit(0).cast("long").alias(SEQ_COL),
-            F.lit(0).cast("long").alias(POS_COL),
-        )
-        records = with_bucket(base, keys, buckets, schema).unionByName(records)
-    # one shuffle by bucket: the window's partitions (bucket, keys) and the write's by bucket
-    # are both satisfied by it, so the base and the changes move once
     latest = Window.partitionBy(BUCKET, *(column_ref(k) for k in keys)).orderBy(
         F.col(LSN_COL).desc(), F.col(SEQ_COL).desc(), F.col(POS_COL).desc()
     )
-    merged = (
-        records.repartition(max(1, len(rewrite)), BUCKET)
-        .withColumn(_RANK, F.row_number().over(latest))
-        .where((F.col(_RANK) == 1) & (F.col(KIND) == "P"))
-        .select(*(column_ref(c) for c in columns), BUCKET)
-    )
+    tasks = max(1, len(rewrite))
+    base = None
+    if cut is None and base_paths:
+        base = with_bucket(spark.read.schema(schema).parquet(*base_paths), keys, buckets, schema)
+    if base is not None and meta.buckets:
+        # laid out already: the latest record of each changed key (one shuffle of the changes
+        # by bucket), the base's other rows kept by an anti-join that does not move the base
+        # when the changes are few enough to broadcast their keys
+        last = records.repartition(tasks, BUCKET).withColumn(_RANK, F.row_number().over(latest))
+        last = last.where(F.col(_RANK) == 1)
+        changed_keys = last.select(*(column_ref(k) for k in keys))
+        if count <= _BROADCAST_CHANGES:
+            changed_keys = F.broadcast(changed_keys)
+        others = base.join(changed_keys, on=list(keys), how="left_anti")
+        merged = others.select(*(column_ref(c) for c in columns), BUCKET).unionByName(
+            last.where(F.col(KIND) == "P").select(*(column_ref(c) for c in columns), BUCKET)
+        )
+    else:
+        if base is not None:
+            records = base.select(
+                *(column_ref(c) for c in columns),
+                F.lit("P").alias(KIND),
+                F.lit(-1).cast("long").alias(LSN_COL),
+                F.lit(0).cast("long").alias(SEQ_COL),
+                F.lit(0).cast("long").alias(POS_COL),
+                BUCKET,
+            ).unionByName(records)
+        # one shuffle by bucket: the window's partitions (bucket, keys) and the write's by
+        # bucket are both satisfied by it, so the base and the changes move once
+        merged = (
+            records.repartition(tasks, BUCKET)
+            .withColumn(_RANK, F.row_number().over(latest))
+            .where((F.col(_RANK) == 1) & (F.col(KIND) == "P"))
+            .select(*(column_ref(c) for c in columns), BUCKET)
+        )
     location = writer.new_location()
     staging = f"{location}/_staging"
     counted = Observation("pgsync_rows")
