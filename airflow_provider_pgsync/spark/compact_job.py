@@ -103,6 +103,8 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
         return {"table": str(table), "segments": 0, "location": meta.base}
     upto = pending[-1][0]
     writer = LakeBaseWriter(spark, lake, table, meta.keys)
+    writer.warm_up()  # the catalog's client starts while the rows are merged and written
+    started = time.monotonic()
     changes = spark.read.option("mergeSchema", "true").parquet(*(files.location(p) for _, p in pending))
     reserved = {name for name, _ in RECORD_FIELDS}
     added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in reserved]
@@ -130,14 +132,25 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
         }
     else:  # rows counted by identity (no key): the view's own merge, the whole base rewritten
         staged = writer.stage(_merged_keyless(spark, meta, changes, added, upto))
+    merged_at = time.monotonic()
     with writer.catalog():
         written = writer.publish(staged, lineage=meta.lineage, watermark=upto, buckets=buckets)
-        writer.clean_up()
+    swapped_at = time.monotonic()
+    writer.clean_up()
     if meta.watermark is not None:  # the previous view read the segments after it, no view reads these
         for key, path in files.segments(table, meta):
             if key <= meta.watermark:
                 files.remove(path)
-    log.info("%s: %s rows in the new base %s", table, f"{staged.rows:,}", staged.location)
+    log.info(
+        "%s: %s rows in the new base %s: merged and written in %.1f s, swapped in in %.1f s",
+        table,
+        f"{staged.rows:,}",
+        staged.location,
+        merged_at - started,
+        swapped_at - merged_at,
+    )
+    report["write_seconds"] = round(merged_at - started, 3)
+    report["swap_seconds"] = round(swapped_at - merged_at, 3)
     return {**written, **report, "table": str(table), "segments": len(pending), "watermark": list(upto)}
 
 

@@ -52,7 +52,8 @@ def test_compaction_rewrites_only_the_buckets_with_changes(lake: Path) -> None:
     assert sorted(b for b, *_ in first["files_after"].values()) == list(range(buckets))
 
     one = steps["one key"]  # one bucket rewritten, every other file left as it was
-    assert one["result"]["buckets_rewritten"] == 1 and one["result"]["files_rewritten"] == 1
+    # the bucket's kept rows and its changed keys' rows: a file each at most
+    assert one["result"]["buckets_rewritten"] == 1 and one["result"]["files_rewritten"] <= 2
     assert len(_kept(one)) == buckets - 1 == one["result"]["files_kept"]
     assert one["result"]["rows_rewritten"] < len(one["expected"]) / 2
 
