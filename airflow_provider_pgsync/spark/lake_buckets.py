@@ -180,6 +180,10 @@ def merge_buckets(
     rewritten_rows = int(counted.get["rows"])
     written = _move_out(files, staging, location)
     kept_rows, kept = _link_untouched(files, meta, linked, set(rewrite), location)
+    if written + kept == 0:  # no row left: an empty file keeps the version's columns readable
+        empty = f"{location}/_empty"
+        spark.createDataFrame([], merged.drop(BUCKET).schema).write.parquet(empty)
+        written = _move_out(files, empty, location, bucket=0)
     staged = writer.stage_files(location, rewritten_rows + kept_rows, merged.drop(BUCKET).schema)
     log.info(
         "%s: %d of %d bucket(s) rewritten (%s rows in %d file(s)), %d file(s) of %s rows kept",
@@ -194,19 +198,19 @@ def merge_buckets(
     return BucketedBase(staged, buckets, len(rewrite), written, kept, rewritten_rows)
 
 
-def _move_out(files: LakeFiles, staging: str, location: str) -> int:
-    """Move the files Spark wrote under ``staging/_pgsync_bucket=<b>/`` to ``location`` named by
-    bucket, then remove ``staging``; the number of files."""
+def _move_out(files: LakeFiles, staging: str, location: str, bucket: int | None = None) -> int:
+    """Move the files Spark wrote under ``staging/_pgsync_bucket=<b>/`` (or in ``staging``, all
+    of ``bucket``) to ``location`` named by bucket, then remove ``staging``; how many files."""
     root = files.path(staging)
-    moved = 0
+    folders = [(root, bucket)] if bucket is not None else []
     for folder in files.fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
-        name = folder.base_name
-        if not name.startswith(BUCKET + "="):
-            continue
-        bucket = int(name.split("=", 1)[1])
-        for part in files.list(folder.path):
+        if bucket is None and folder.base_name.startswith(BUCKET + "="):
+            folders.append((folder.path, int(folder.base_name.split("=", 1)[1])))
+    moved = 0
+    for path, number in folders:
+        for part in files.list(path):
             if part.endswith(".parquet") and not part.startswith((".", "_")):
-                files.fs.move(f"{folder.path}/{part}", f"{files.path(location)}/{bucket_file(bucket, part)}")
+                files.fs.move(f"{path}/{part}", f"{files.path(location)}/{bucket_file(number, part)}")
                 moved += 1
     files.fs.delete_dir(root)
     return moved

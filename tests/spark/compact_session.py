@@ -150,6 +150,9 @@ def main(warehouse: str) -> None:
         )
         model = {9: "after", 10: "after"}
         step("truncate")
+        at.segment(KEYED, [("P", 11, "gone"), ("T", None, None)], names)
+        model = {}
+        step("truncated, nothing after")
         # 5: a rebaseline (a new lineage, a base not laid out yet), then changes
         model = {i: f"r{i}" for i in range(1, 501)}
         at.baseline(KEYED, [(k, v) for k, v in model.items()], names, ("id",))
