@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
@@ -31,6 +32,7 @@ from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
+    KIND,
     LSN_COL,
     RECORD_FIELDS,
     SEQ_COL,
@@ -105,7 +107,10 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
     writer = LakeBaseWriter(spark, lake, table, meta.keys)
     writer.warm_up()  # the catalog's client starts while the rows are merged and written
     started = time.monotonic()
-    changes = spark.read.option("mergeSchema", "true").parquet(*(files.location(p) for _, p in pending))
+    same_columns, truncates = _segment_footers(files, [p for _, p in pending])
+    # one footer gives the columns when every segment has the same (no job to merge them)
+    reader = spark.read if same_columns else spark.read.option("mergeSchema", "true")
+    changes = reader.parquet(*(files.location(p) for _, p in pending))
     reserved = {name for name, _ in RECORD_FIELDS}
     added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in reserved]
     schema = StructType.fromJson(meta.schema)
@@ -121,6 +126,7 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
             changes.where(_after(meta.watermark) & _upto(upto)),
             StructType([*schema.fields, *added]),
             rewrite_all=bool(added),
+            truncates=truncates,
         )
         staged, buckets = bucketed.staged, bucketed.buckets
         report = {
@@ -174,6 +180,22 @@ def _merged_keyless(
             upto=upto,
         )
     )
+
+
+def _segment_footers(files: LakeFiles, paths: list[str]) -> tuple[bool, bool]:
+    """From the segments' Parquet footers: whether they all have the same columns, and whether
+    any may hold a TRUNCATE (its kind ``T`` sorts after every other kind, so a row group's
+    maximum shows it; a row group without statistics may hold one)."""
+    schemas, truncates = set(), False
+    for path in paths:
+        with files.fs.open_input_file(path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        schemas.add(meta.schema.to_arrow_schema().to_string(show_schema_metadata=False))
+        column = meta.schema.names.index(KIND)
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(column).statistics
+            truncates = truncates or stats is None or not stats.has_min_max or stats.max >= "T"
+    return len(schemas) <= 1, truncates
 
 
 def _after(mark: Key | None) -> Column:

@@ -98,10 +98,11 @@ def merge_buckets(
     schema: StructType,
     *,
     rewrite_all: bool = False,
+    truncates: bool = True,
 ) -> BucketedBase:
     """Fold ``changes`` (the records after the base's watermark) into a new bucketed base
     version whose columns are ``schema``'s (the base's, and any added since); ``rewrite_all``:
-    every bucket (the columns changed)."""
+    every bucket (the columns changed); ``truncates``: the changes may hold a TRUNCATE."""
     keys = meta.keys
     columns = [f.name for f in schema.fields]
     types = {f.name: f.dataType for f in schema.fields}
@@ -111,7 +112,10 @@ def merge_buckets(
         sum(files.fs.get_file_info(f"{files.path(meta.base)}/{n}").size for n in old_files)
     )
     changes = with_bucket(changes, keys, buckets, schema)
-    changed, cut, count = touched(changes)
+    if meta.buckets or truncates:
+        changed, cut, count = touched(changes)
+    else:  # every bucket is written anyway, and no TRUNCATE cuts: no pass over the changes
+        changed, cut, count = list(range(buckets)), None, 0
     if cut is not None:  # a TRUNCATE: nothing before it stays, of the base or of the changes
         order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
         changes = changes.where(order > F.struct(*(F.lit(v).cast("long") for v in cut)))
