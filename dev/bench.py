@@ -8,6 +8,9 @@ dev/bench apply      changes/s of apply (changelog -> PostgreSQL destination) ov
                      of COPY FROM STDIN of as many rows; also the lake's apply and the
                      compaction of its base plus those changes; --keyless: of a table
                      without a key (REPLICA IDENTITY FULL), 80 % inserts (dev/bench_apply_keyless.py)
+dev/bench compact    rows/s of a lake compaction (1M-row base plus 1M changes) over rows/s of
+                     COPY FROM STDIN of the result's rows; --scenario few: 1,000 changes on
+                     a 5M-row base, with the files rewritten (dev/bench_compact.py)
 dev/bench freshness  seconds from commit until each destination has it, under ~1,000 tx/s,
                      on a real Airflow deployment, for cron and event-driven cdc runs
                      (dev/bench_freshness.py)
@@ -34,7 +37,7 @@ def bench_cluster(name: str = "bench") -> Cluster:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="dev/bench", description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["capture", "baseline", "apply", "freshness"])
+    parser.add_argument("what", choices=["capture", "baseline", "apply", "compact", "freshness"])
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--partition-mb", type=float, default=256)
@@ -58,6 +61,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--event", help="freshness: the event-driven cdc schedule (YAML; {on_changes: 1000, max_wait: 60s})"
     )
+    parser.add_argument(
+        "--scenario",
+        choices=["full", "few", "both"],
+        default="full",
+        help="compact: full (--changes base rows plus as many changes), few (1,000 changes on --rows), both",
+    )
+    parser.add_argument("--few-changes", type=int, default=1000, help="compact: changes of the few scenario")
     args = parser.parse_args(argv)
     if args.what == "freshness":
         from bench_freshness import CRON, EVENTS, bench_freshness
@@ -77,6 +87,10 @@ def main(argv: list[str]) -> int:
         from bench_apply import bench_apply
 
         bench_apply(args.changes)
+    if args.what == "compact":
+        from bench_compact import bench_compact
+
+        bench_compact(args.changes, args.rows, args.scenario, args.few_changes)
     if args.what == "baseline":
         from bench_baseline import bench_baseline
 

@@ -3,7 +3,10 @@
 Under ``LakeDestination.table_dir(table)`` a table keeps:
 
 - ``base/<version>/``: Parquet, the table as of a watermark (written by the baseline or by
-  compaction);
+  compaction). Compaction lays a keyed table's base out by key hash (``buckets`` in its meta):
+  file ``b<bucket>-*.parquet`` holds the keys whose ``pmod(hash(keys), buckets)`` is that
+  bucket, so the next compaction rewrites only buckets with changes and hard-links (or
+  copies) the others into the new version;
 - ``changes/<lineage>/<lsn>-<seq>.parquet``: one *lake segment* per applied batch, named
   by the batch's watermark (``upto``), holding the batch's net records (below). The lineage
   is the base version a baseline wrote; a rebaseline starts a new lineage, so changes
@@ -51,6 +54,7 @@ RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     (SEQ_COL, "long"),
     (POS_COL, "long"),
 )
+_BUCKET_FILE = re.compile(r"b([0-9]{5})-.+\.parquet")
 _SEGMENT = re.compile(r"([0-9a-f]{16})-([0-9a-f]{10})\.parquet")
 
 # Spark types of columns a table may gain while apply continues (DESIGN §2 rule 9); other
@@ -81,7 +85,9 @@ _ADDED_COLUMN_TYPES = {
 class LakeTableMeta:
     """One generation of a lake table: ``base`` holds every change up to ``watermark``
     (None: just baselined, the hand-off is apply's), ``schema`` is the base's Spark schema
-    (``StructType.jsonValue()``), ``keys`` its key columns (empty: the whole row is the identity)."""
+    (``StructType.jsonValue()``), ``keys`` its key columns (empty: the whole row is the identity);
+    ``buckets``: the base's files are laid out by key hash into that many buckets (0: not laid
+    out, e.g. straight from a baseline)."""
 
     number: int
     base: str
@@ -89,6 +95,7 @@ class LakeTableMeta:
     watermark: Key | None
     schema: dict[str, Any]
     keys: tuple[str, ...]
+    buckets: int = 0
 
     @property
     def columns(self) -> list[str]:
@@ -104,6 +111,17 @@ class LakeTableMeta:
         data["watermark"] = (int(mark[0]), int(mark[1])) if mark is not None else None
         data["keys"] = tuple(data["keys"])
         return cls(**data)
+
+
+def bucket_file(bucket: int, name: str) -> str:
+    """The name of a file of bucket ``bucket`` in a base version (``name``: the writer's)."""
+    return f"b{bucket:05d}-{name}"
+
+
+def file_bucket(name: str) -> int | None:
+    """The bucket of a base file named by ``bucket_file``; None for other files."""
+    found = _BUCKET_FILE.fullmatch(name)
+    return int(found.group(1)) if found else None
 
 
 def meta_dir(lake: LakeDestination, table: TableRef) -> str:

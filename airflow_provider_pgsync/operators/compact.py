@@ -98,12 +98,7 @@ class PgCompactOperator(BaseOperator):
             if "error" in result:
                 self.log.error("compaction of %s failed: %s", result["table"], result["error"])
             else:
-                self.log.info(
-                    "compaction of %s: %d segment(s) folded%s",
-                    result["table"],
-                    result["segments"],
-                    f", {result['rows']:,} rows in {result['location']}" if result["segments"] else "",
-                )
+                self.log.info("compaction of %s: %s", result["table"], _summary(result))
         failed = [r["table"] for r in results if "error" in r]
         if failed:
             raise DestinationError(f"compaction failed for {', '.join(failed)}; see the log above")
@@ -125,3 +120,17 @@ class PgCompactOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._submit is not None:
             self._submit.on_kill()
+
+
+def _summary(result: Mapping[str, Any]) -> str:
+    """What a table's compaction did, for the task's log."""
+    if not result["segments"]:
+        return "no new segment, nothing to fold"
+    text = f"{result['segments']} segment(s) folded, {result['rows']:,} rows in {result['location']}"
+    if "buckets" in result:
+        text += (
+            f"; {result['buckets_rewritten']} of {result['buckets']} key-hash buckets rewritten"
+            f" ({result['rows_rewritten']:,} rows in {result['files_rewritten']} file(s)),"
+            f" {result['files_kept']} file(s) kept"
+        )
+    return f"{text}; {result['seconds']:.1f} s"

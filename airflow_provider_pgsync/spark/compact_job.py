@@ -4,11 +4,12 @@ Run by ``PgCompactOperator`` through spark-submit::
 
     compact_job.py --spec spec.json --result result.json
 
-For each table: the base plus the segments after its watermark are merged (the view's own
-SQL) into a new base version, which is swapped in with its watermark in one view
-replacement (``spark/lake.py``). A table with no new segment is left as it is, so a second
-run in a row changes nothing. Segments folded into the previous base are removed once no
-view reads them.
+For each table: the base plus the segments after its watermark are merged into a new base
+version, which is swapped in with its watermark in one view replacement (``spark/lake.py``).
+A keyed table's base is laid out by key hash and only the buckets with changes are rewritten
+(``spark/lake_buckets.py``); a table without a key is merged by the view's own SQL. A table
+with no new segment is left as it is, so a second run in a row changes nothing. Segments
+folded into the previous base are removed once no view reads them.
 """
 
 from __future__ import annotations
@@ -22,16 +23,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
+from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
-from airflow_provider_pgsync.destinations.lake_tables import RECORD_FIELDS, merge_sql
+from airflow_provider_pgsync.destinations.lake_tables import (
+    KIND,
+    LSN_COL,
+    RECORD_FIELDS,
+    SEQ_COL,
+    LakeTableMeta,
+    merge_sql,
+)
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
 from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
@@ -94,9 +105,64 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
         return {"table": str(table), "segments": 0, "location": meta.base}
     upto = pending[-1][0]
     writer = LakeBaseWriter(spark, lake, table, meta.keys)
-    changes = spark.read.option("mergeSchema", "true").parquet(*(files.location(p) for _, p in pending))
+    writer.warm_up()  # the catalog's client starts while the rows are merged and written
+    started = time.monotonic()
+    same_columns, truncates = _segment_footers(files, [p for _, p in pending])
+    # one footer gives the columns when every segment has the same (no job to merge them)
+    reader = spark.read if same_columns else spark.read.option("mergeSchema", "true")
+    changes = reader.parquet(*(files.location(p) for _, p in pending))
     reserved = {name for name, _ in RECORD_FIELDS}
     added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in reserved]
+    schema = StructType.fromJson(meta.schema)
+    log.info("%s: folding %d segment(s) into a new base", table, len(pending))
+    report: dict[str, Any] = {}
+    buckets = 0
+    if meta.keys:  # laid out by key hash: only the buckets with changes are rewritten
+        bucketed = merge_buckets(
+            spark,
+            writer,
+            files,
+            meta,
+            changes.where(_after(meta.watermark) & _upto(upto)),
+            StructType([*schema.fields, *added]),
+            rewrite_all=bool(added),
+            truncates=truncates,
+        )
+        staged, buckets = bucketed.staged, bucketed.buckets
+        report = {
+            "buckets": buckets,
+            "buckets_rewritten": bucketed.buckets_rewritten,
+            "files_rewritten": bucketed.rewritten,
+            "files_kept": bucketed.kept,
+            "rows_rewritten": bucketed.rewritten_rows,
+        }
+    else:  # rows counted by identity (no key): the view's own merge, the whole base rewritten
+        staged = writer.stage(_merged_keyless(spark, meta, changes, added, upto))
+    merged_at = time.monotonic()
+    with writer.catalog():
+        written = writer.publish(staged, lineage=meta.lineage, watermark=upto, buckets=buckets)
+    swapped_at = time.monotonic()
+    writer.clean_up()
+    if meta.watermark is not None:  # the previous view read the segments after it, no view reads these
+        for key, path in files.segments(table, meta):
+            if key <= meta.watermark:
+                files.remove(path)
+    log.info(
+        "%s: %s rows in the new base %s: merged and written in %.1f s, swapped in in %.1f s",
+        table,
+        f"{staged.rows:,}",
+        staged.location,
+        merged_at - started,
+        swapped_at - merged_at,
+    )
+    report["write_seconds"] = round(merged_at - started, 3)
+    report["swap_seconds"] = round(swapped_at - merged_at, 3)
+    return {**written, **report, "table": str(table), "segments": len(pending), "watermark": list(upto)}
+
+
+def _merged_keyless(
+    spark: SparkSession, meta: LakeTableMeta, changes: DataFrame, added: list[StructField], upto: Key
+) -> DataFrame:
     base: DataFrame = spark.read.schema(StructType.fromJson(meta.schema)).parquet(meta.base)
     base = base.select(
         *(column_ref(c) for c in meta.columns), *(F.lit(None).cast(f.dataType).alias(f.name) for f in added)
@@ -104,7 +170,7 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
     base.createOrReplaceTempView("pgsync_base")
     changes.createOrReplaceTempView("pgsync_changes")
     columns = [*meta.columns, *(f.name for f in added)]
-    merged = spark.sql(
+    return spark.sql(
         merge_sql(
             base="pgsync_base",
             changes="pgsync_changes",
@@ -114,17 +180,35 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
             upto=upto,
         )
     )
-    log.info("%s: folding %d segment(s) into a new base", table, len(pending))
-    staged = writer.stage(merged)
-    with writer.catalog():
-        written = writer.publish(staged, lineage=meta.lineage, watermark=upto)
-        writer.clean_up()
-    if meta.watermark is not None:  # the previous view read the segments after it, no view reads these
-        for key, path in files.segments(table, meta):
-            if key <= meta.watermark:
-                files.remove(path)
-    log.info("%s: %s rows in the new base %s", table, f"{staged.rows:,}", staged.location)
-    return {**written, "table": str(table), "segments": len(pending), "watermark": list(upto)}
+
+
+def _segment_footers(files: LakeFiles, paths: list[str]) -> tuple[bool, bool]:
+    """From the segments' Parquet footers: whether they all have the same columns, and whether
+    any may hold a TRUNCATE (its kind ``T`` sorts after every other kind, so a row group's
+    maximum shows it; a row group without statistics may hold one)."""
+    schemas, truncates = set(), False
+    for path in paths:
+        with files.fs.open_input_file(path) as handle:
+            meta = pq.ParquetFile(handle).metadata
+        schemas.add(meta.schema.to_arrow_schema().to_string(show_schema_metadata=False))
+        column = meta.schema.names.index(KIND)
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(column).statistics
+            truncates = truncates or stats is None or not stats.has_min_max or stats.max >= "T"
+    return len(schemas) <= 1, truncates
+
+
+def _after(mark: Key | None) -> Column:
+    """Records after the watermark ``mark`` (all of them when None)."""
+    if mark is None:
+        return F.lit(True)
+    lsn, seq = F.col(LSN_COL), F.col(SEQ_COL)
+    return (lsn > mark[0]) | ((lsn == mark[0]) & (seq > mark[1]))
+
+
+def _upto(mark: Key) -> Column:
+    lsn, seq = F.col(LSN_COL), F.col(SEQ_COL)
+    return (lsn < mark[0]) | ((lsn == mark[0]) & (seq <= mark[1]))
 
 
 if __name__ == "__main__":

@@ -217,10 +217,16 @@ class LakeBaseWriter:
         return True
 
     def publish(
-        self, staged: StagedBase, *, lineage: str | None = None, watermark: Key | None = None
+        self,
+        staged: StagedBase,
+        *,
+        lineage: str | None = None,
+        watermark: Key | None = None,
+        buckets: int = 0,
     ) -> dict[str, Any]:
         """Make ``staged`` the table's current base: holding every change up to ``watermark`` of
-        ``lineage`` (a compaction), or a new lineage (a baseline). Returns what was written."""
+        ``lineage`` (a compaction), or a new lineage (a baseline); ``buckets``: its files are
+        laid out by key hash (``LakeTableMeta.buckets``). Returns what was written."""
         view = self._view or self._read_view()
         self._view = None  # read once per swap
         if not view.database_exists:
@@ -244,6 +250,7 @@ class LakeBaseWriter:
             schema=staged.schema.jsonValue(),
             # a key that is the whole row identifies nothing more than the row: rows are counted
             keys=self.keys if len(self.keys) < len(staged.schema.fields) else (),
+            buckets=buckets,
         )
         self._open_generation(meta, before)
         rebaselined = before is not None and before.lineage != meta.lineage

@@ -185,8 +185,8 @@ def test_random_workload_reaches_the_lake_exactly(
         expected = rows(database, table)
         assert sort_rows(merged) == expected, f"seed {seed}: {table} (merge on read)"
         assert sort_rows(after) == expected, f"seed {seed}: {table} (after compaction)"
-    assert all(r["segments"] > 0 for r in folded), f"seed {seed}: {folded}"
-    assert [r["segments"] for r in again] == [0] * n, f"seed {seed}: {again}"
+    assert all(r.get("segments", 0) > 0 for r in folded), f"seed {seed}: {folded}"
+    assert [r.get("segments") for r in again] == [0] * n, f"seed {seed}: {again}"
     assert files_again == files, f"seed {seed}: a second compaction in a row changed files"
     if seed == LAKE_SEEDS[0]:  # the view is what spark-sql reads
         count = spark_sql(lake, "SELECT count(*), count(DISTINCT id) FROM pgsync.public__docs")

@@ -68,3 +68,22 @@ def test_merge_sql_bounds_the_segments_and_quotes_names() -> None:
     assert "PARTITION BY `id`" in query
     counted = merge_sql(base="b", changes="c", columns=["a", "b"], keys=[], after=None)
     assert "GROUP BY `a`, `b`" in counted and "WHERE true" in counted
+
+
+def test_bucket_files_are_named_by_bucket_and_old_generations_have_none() -> None:
+    from airflow_provider_pgsync.destinations.lake_tables import bucket_file, file_bucket
+
+    name = bucket_file(37, "part-00001-3f2c-c000.snappy.parquet")
+    assert name == "b00037-part-00001-3f2c-c000.snappy.parquet" and file_bucket(name) == 37
+    assert file_bucket("part-00001-3f2c-c000.snappy.parquet") is None and file_bucket("_SUCCESS") is None
+    meta = LakeTableMeta(3, "/w/b", "v1", (5, 2), {"type": "struct", "fields": []}, ("id",), buckets=16)
+    assert LakeTableMeta.from_json(meta.to_json()) == meta
+    legacy = meta.to_json().replace(', "buckets": 16', "")
+    assert '"buckets"' not in legacy and LakeTableMeta.from_json(legacy).buckets == 0
+
+
+def test_bucket_count_follows_the_base_size_within_bounds() -> None:
+    from airflow_provider_pgsync.spark.lake_buckets import bucket_count
+
+    assert bucket_count(0) == 8 and bucket_count(100 * 2**20) == 8
+    assert bucket_count(1024 * 2**20) == 32 and bucket_count(2**50) == 4096

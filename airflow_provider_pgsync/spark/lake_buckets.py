@@ -1,0 +1,242 @@
+"""A keyed lake table's compaction by key-hash buckets: only buckets with changes are rewritten.
+
+The base's files are laid out by ``pmod(hash(keys), buckets)`` (Spark's Murmur3, the same in
+every run); file ``b<bucket>-*.parquet`` of a version holds the rows of its bucket
+(``lake_tables.bucket_file``). A compaction reads the base files of the buckets its changes
+touch, merges them with the changes in one shuffle by bucket (the latest record of each key
+wins, as in the view), writes one file per bucket, and links the files of every other bucket
+into the new version as they are (a hard link on a local warehouse, a copy elsewhere). A
+TRUNCATE among the changes drops the whole base: every bucket is rewritten from the changes
+after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from airflow_provider_pgsync.destinations.lake_files import LakeFiles
+from airflow_provider_pgsync.destinations.lake_tables import (
+    KIND,
+    LSN_COL,
+    POS_COL,
+    SEQ_COL,
+    LakeTableMeta,
+    bucket_file,
+    file_bucket,
+)
+from airflow_provider_pgsync.spark.convert import column_ref
+from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
+
+log = logging.getLogger("pgsync.spark")
+
+BUCKET = "_pgsync_bucket"
+_RANK = "_pgsync_rank"
+# a bucket's file of about 32 MB: few enough files for readers, small enough that a compaction
+# of few changes rewrites a small part of a big table; at least 8 so every core writes
+_BUCKET_BYTES = 32 * 1024 * 1024
+_MIN_BUCKETS, _MAX_BUCKETS = 8, 4096
+# up to this many changes, their keys are broadcast to the tasks that read the base's files
+_BROADCAST_CHANGES = 500_000
+
+
+@dataclass(frozen=True)
+class BucketedBase:
+    """A new base version written and counted, not yet visible: ``rewritten`` files were written,
+    ``kept`` files of untouched buckets linked from the previous version."""
+
+    staged: StagedBase
+    buckets: int
+    buckets_rewritten: int
+    rewritten: int
+    kept: int
+    rewritten_rows: int
+
+
+def bucket_count(base_bytes: int) -> int:
+    """The number of buckets of a base of ``base_bytes`` bytes of Parquet."""
+    return max(_MIN_BUCKETS, min(_MAX_BUCKETS, math.ceil(base_bytes / _BUCKET_BYTES)))
+
+
+def with_bucket(df: DataFrame, keys: Sequence[str], buckets: int, schema: StructType) -> DataFrame:
+    """``df`` with its rows' bucket; keys are cast to the base's types first (a hash depends on
+    the type: 5 as an int and as a long hash differently)."""
+    types = {f.name: f.dataType for f in schema.fields}
+    hashed = F.hash(*(column_ref(k).cast(types[k]) for k in keys))
+    return df.withColumn(BUCKET, F.pmod(hashed, F.lit(buckets)))
+
+
+def touched(changes: DataFrame) -> tuple[list[int], tuple[int, ...] | None, int]:
+    """The buckets ``changes`` (with ``BUCKET``) touch, the position (lsn, seq, pos) of the
+    last TRUNCATE among them (None: no TRUNCATE) and their number, in one pass."""
+    order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
+    row = changes.agg(
+        F.collect_set(BUCKET).alias("buckets"),
+        F.max(F.when(F.col(KIND) == "T", order)).alias("cut"),
+        F.count(F.lit(1)).alias("count"),
+    ).first()
+    assert row is not None
+    cut = tuple(row["cut"]) if row["cut"] is not None else None
+    return sorted(int(b) for b in row["buckets"]), cut, int(row["count"])
+
+
+def merge_buckets(
+    spark: SparkSession,
+    writer: LakeBaseWriter,
+    files: LakeFiles,
+    meta: LakeTableMeta,
+    changes: DataFrame,
+    schema: StructType,
+    *,
+    rewrite_all: bool = False,
+    truncates: bool = True,
+) -> BucketedBase:
+    """Fold ``changes`` (the records after the base's watermark) into a new bucketed base
+    version whose columns are ``schema``'s (the base's, and any added since); ``rewrite_all``:
+    every bucket (the columns changed); ``truncates``: the changes may hold a TRUNCATE."""
+    keys = meta.keys
+    columns = [f.name for f in schema.fields]
+    types = {f.name: f.dataType for f in schema.fields}
+    old_files = files.list(files.path(meta.base))
+    # laid out here for the first time: sized by the base (the changes add what they add)
+    buckets = meta.buckets or bucket_count(
+        sum(files.fs.get_file_info(f"{files.path(meta.base)}/{n}").size for n in old_files)
+    )
+    changes = with_bucket(changes, keys, buckets, schema)
+    if meta.buckets or truncates:
+        changed, cut, count = touched(changes)
+    else:  # every bucket is written anyway, and no TRUNCATE cuts: no pass over the changes
+        changed, cut, count = list(range(buckets)), None, 0
+    if cut is not None:  # a TRUNCATE: nothing before it stays, of the base or of the changes
+        order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
+        changes = changes.where(order > F.struct(*(F.lit(v).cast("long") for v in cut)))
+    rewrite = changed if meta.buckets and cut is None and not rewrite_all else list(range(buckets))
+    linked = old_files if meta.buckets and cut is None else []
+    changes = changes.where(F.col(KIND) != "T")
+    records = changes.select(
+        *(column_ref(c).cast(types[c]).alias(c) for c in columns), KIND, LSN_COL, SEQ_COL, POS_COL, BUCKET
+    )
+    base_paths = [meta.base]  # a base not laid out yet: all of it
+    if meta.buckets:
+        wanted = set(rewrite)
+        base_paths = [
+            files.location(f"{files.path(meta.base)}/{name}")
+            for name in old_files
+            if file_bucket(name) in wanted
+        ]
+    latest = Window.partitionBy(BUCKET, *(column_ref(k) for k in keys)).orderBy(
+        F.col(LSN_COL).desc(), F.col(SEQ_COL).desc(), F.col(POS_COL).desc()
+    )
+    tasks = max(1, len(rewrite))
+    base = None
+    if cut is None and base_paths:
+        base = with_bucket(spark.read.schema(schema).parquet(*base_paths), keys, buckets, schema)
+    if base is not None and meta.buckets:
+        # laid out already: the latest record of each changed key (one shuffle of the changes
+        # by bucket), the base's other rows kept by an anti-join that does not move the base
+        # when the changes are few enough to broadcast their keys
+        last = records.repartition(tasks, BUCKET).withColumn(_RANK, F.row_number().over(latest))
+        last = last.where(F.col(_RANK) == 1)
+        changed_keys = last.select(*(column_ref(k) for k in keys))
+        if count <= _BROADCAST_CHANGES:
+            changed_keys = F.broadcast(changed_keys)
+        others = base.join(changed_keys, on=list(keys), how="left_anti")
+        merged = others.select(*(column_ref(c) for c in columns), BUCKET).unionByName(
+            last.where(F.col(KIND) == "P").select(*(column_ref(c) for c in columns), BUCKET)
+        )
+    else:
+        if base is not None:
+            records = base.select(
+                *(column_ref(c) for c in columns),
+                F.lit("P").alias(KIND),
+                F.lit(-1).cast("long").alias(LSN_COL),
+                F.lit(0).cast("long").alias(SEQ_COL),
+                F.lit(0).cast("long").alias(POS_COL),
+                BUCKET,
+            ).unionByName(records)
+        # one shuffle by bucket: the window's partitions (bucket, keys) and the write's by
+        # bucket are both satisfied by it, so the base and the changes move once
+        merged = (
+            records.repartition(tasks, BUCKET)
+            .withColumn(_RANK, F.row_number().over(latest))
+            .where((F.col(_RANK) == 1) & (F.col(KIND) == "P"))
+            .select(*(column_ref(c) for c in columns), BUCKET)
+        )
+    location = writer.new_location()
+    staging = f"{location}/_staging"
+    counted = Observation("pgsync_rows")
+    (
+        merged.observe(counted, F.count(F.lit(1)).alias("rows"))
+        .write.mode("errorifexists")
+        .option("parquet.dictionary.page.size", 64 * 1024)
+        .partitionBy(BUCKET)
+        .parquet(staging)
+    )
+    rewritten_rows = int(counted.get["rows"])
+    written = _move_out(files, staging, location)
+    kept_rows, kept = _link_untouched(files, meta, linked, set(rewrite), location)
+    if written + kept == 0:  # no row left: an empty file keeps the version's columns readable
+        empty = f"{location}/_empty"
+        spark.createDataFrame([], merged.drop(BUCKET).schema).write.parquet(empty)
+        written = _move_out(files, empty, location, bucket=0)
+    staged = writer.stage_files(location, rewritten_rows + kept_rows, merged.drop(BUCKET).schema)
+    log.info(
+        "%s: %d of %d bucket(s) rewritten (%s rows in %d file(s)), %d file(s) of %s rows kept",
+        writer.table,
+        len(rewrite),
+        buckets,
+        f"{rewritten_rows:,}",
+        written,
+        kept,
+        f"{kept_rows:,}",
+    )
+    return BucketedBase(staged, buckets, len(rewrite), written, kept, rewritten_rows)
+
+
+def _move_out(files: LakeFiles, staging: str, location: str, bucket: int | None = None) -> int:
+    """Move the files Spark wrote under ``staging/_pgsync_bucket=<b>/`` (or in ``staging``, all
+    of ``bucket``) to ``location`` named by bucket, then remove ``staging``; how many files."""
+    root = files.path(staging)
+    folders = [(root, bucket)] if bucket is not None else []
+    for folder in files.fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+        if bucket is None and folder.base_name.startswith(BUCKET + "="):
+            folders.append((folder.path, int(folder.base_name.split("=", 1)[1])))
+    moved = 0
+    for path, number in folders:
+        for part in files.list(path):
+            if part.endswith(".parquet") and not part.startswith((".", "_")):
+                files.fs.move(f"{path}/{part}", f"{files.path(location)}/{bucket_file(number, part)}")
+                moved += 1
+    files.fs.delete_dir(root)
+    return moved
+
+
+def _link_untouched(
+    files: LakeFiles, meta: LakeTableMeta, old_files: list[str], rewrite: set[int], location: str
+) -> tuple[int, int]:
+    """Link the previous version's files of buckets not rewritten into ``location``; their rows
+    (from the Parquet footers) and how many files."""
+    source, target = files.path(meta.base), files.path(location)
+    local = files.lake.local_path is not None
+    rows = count = 0
+    for name in old_files:
+        bucket = file_bucket(name)
+        if bucket is None or bucket in rewrite:
+            continue
+        if local:  # the same file under a second name: nothing is copied or changed
+            os.link(f"{source}/{name}", f"{target}/{name}")
+        else:
+            files.fs.copy_file(f"{source}/{name}", f"{target}/{name}")
+        with files.fs.open_input_file(f"{target}/{name}") as handle:
+            rows += pq.ParquetFile(handle).metadata.num_rows
+        count += 1
+    return rows, count
