@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from bench import BENCH, bench_cluster
+from psycopg import sql
 
 from pgcluster import Cluster
 
@@ -19,13 +20,9 @@ def bench_apply(changes: int) -> float:
     """Apply ``changes`` (60 % updates, 20 % inserts, 20 % deletes of a table of as many rows)
     from the changelog to the PostgreSQL destination, against COPY of as many rows."""
     os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
-    from airflow_provider_pgsync.apply.run import apply_table
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
-    from airflow_provider_pgsync.changelog.segments import Changelog
-    from airflow_provider_pgsync.destinations.postgres import PostgresDestination
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
     from airflow_provider_pgsync.pgoutput.lsn import LSN
-    from airflow_provider_pgsync.source.names import TableRef
     from airflow_provider_pgsync.state.phases import DataSync, Init, SyncDone
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
@@ -94,53 +91,70 @@ def bench_apply(changes: int) -> float:
         )
 
         out.execute(ddl.replace("bench", "bench_copy", 1))
-        copy_times = []
-        for _ in range(2):
-            out.execute("TRUNCATE bench_copy")
-            t0 = time.monotonic()
-            with out.cursor().copy("COPY bench_copy FROM STDIN") as copy:
-                for block in base:
-                    copy.write(block)
-            copy_times.append(time.monotonic() - t0)
-        copy_rate = rows / min(copy_times)
-        print(f"COPY FROM STDIN of {rows:,} rows: best {min(copy_times):.2f} s of 2, {copy_rate:,.0f} rows/s")
-
-        apply_times = []
-        for _ in range(2):
-            # the destination creates its table; the base is loaded into it as a baseline would
-            out.execute("DROP SCHEMA IF EXISTS pgsync CASCADE")
-            out.execute("DROP TABLE IF EXISTS bench")
-            setup = PostgresDestination(cluster.conninfo(dst), name="bench")
-            setup.open_table(TableRef.parse("public.bench"), state.table("public.bench").columns, 0)
-            setup.close()
-            with out.cursor().copy("COPY bench FROM STDIN") as copy:
-                for block in base:
-                    copy.write(block)
-            out.execute("VACUUM ANALYZE bench")
-            destination = PostgresDestination(cluster.conninfo(dst), name="bench")
-            t0 = time.monotonic()
-            applied = apply_table(Changelog(changelog_uri), state, state.table("public.bench"), destination)
-            apply_times.append(time.monotonic() - t0)
-            destination.close()
-            assert applied.applied == changes, applied
-            print(
-                f"apply run: {apply_times[-1]:.2f} s, {applied.applied:,} changes, table {applied.phase.kind}"
-            )
+        copy_rate = copy_limit(out, "bench_copy", base, rows)
+        best = timed_applies(cluster.conninfo(dst), out, "public.bench", state, changelog_uri, base, changes)
         sums = [
             c.execute("SELECT count(*), sum(hashtext(bench::text)) FROM bench").fetchone()
             for c in (conn, out)
         ]
         if sums[0] != sums[1]:
             raise SystemExit(f"the destination differs from the source: {sums[1]} != {sums[0]}")
-    ours_rate = changes / min(apply_times)
-    print(
-        f"apply (changelog -> destination, best of 2): {min(apply_times):.2f} s, {ours_rate:,.0f} changes/s"
-    )
+    ours_rate = changes / best
+    print(f"apply (changelog -> destination, best of 2): {best:.2f} s, {ours_rate:,.0f} changes/s")
     bench_lake(cluster, state, changelog_uri, rows, changes)
     cluster.destroy()
     ratio = ours_rate / copy_rate
     print(f"apply_ratio={ratio:.2f}")
     return ratio
+
+
+def copy_limit(out: Any, table: str, base: list[bytes], rows: int) -> float:
+    """The physical limit: rows/s of ``COPY FROM STDIN`` of the ``base`` blocks (``rows`` rows)
+    into the empty ``table`` of connection ``out``, best of 2."""
+    times = []
+    for _ in range(2):
+        out.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(table)))
+        t0 = time.monotonic()
+        with out.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))) as copy:
+            for block in base:
+                copy.write(block)
+        times.append(time.monotonic() - t0)
+    rate = rows / min(times)
+    print(f"COPY FROM STDIN of {rows:,} rows: best {min(times):.2f} s of 2, {rate:,.0f} rows/s")
+    return rate
+
+
+def timed_applies(
+    conninfo: str, out: Any, table: str, state: Any, changelog_uri: str, base: list[bytes], changes: int
+) -> float:
+    """Seconds of the best of 2 applies of ``changes`` to ``table`` in the PostgreSQL destination
+    at ``conninfo``, each onto a fresh table the destination created and loaded with ``base``,
+    as a baseline would."""
+    from airflow_provider_pgsync.apply.run import apply_table
+    from airflow_provider_pgsync.changelog.segments import Changelog
+    from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+    from airflow_provider_pgsync.source.names import TableRef
+
+    ref = TableRef.parse(table)
+    times = []
+    for _ in range(2):
+        out.execute("DROP SCHEMA IF EXISTS pgsync CASCADE")
+        out.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ref.identifier))
+        setup = PostgresDestination(conninfo, name="bench")
+        setup.open_table(ref, state.table(table).columns, 0)
+        setup.close()
+        with out.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(ref.identifier)) as copy:
+            for block in base:
+                copy.write(block)
+        out.execute(sql.SQL("VACUUM ANALYZE {}").format(ref.identifier))
+        destination = PostgresDestination(conninfo, name="bench")
+        t0 = time.monotonic()
+        applied = apply_table(Changelog(changelog_uri), state, state.table(table), destination)
+        times.append(time.monotonic() - t0)
+        destination.close()
+        assert applied.applied == changes, applied
+        print(f"apply run: {times[-1]:.2f} s, {applied.applied:,} changes, table {applied.phase.kind}")
+    return min(times)
 
 
 def bench_lake(cluster: Cluster, state: Any, changelog_uri: str, rows: int, changes: int) -> None:

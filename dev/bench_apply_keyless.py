@@ -10,6 +10,7 @@ import time
 
 import psycopg
 from bench import BENCH, bench_cluster
+from bench_apply import copy_limit, timed_applies
 
 TABLE = "bench_keyless"  # also spelled out in the statements
 # every value twice: the table holds identical rows in pairs; a label in 7 is NULL
@@ -17,7 +18,7 @@ INSERT = (
     "INSERT INTO bench_keyless SELECT g / 2, (g / 2) %% 1000,"
     " CASE WHEN (g / 2) %% 7 = 0 THEN NULL ELSE 'item ' || (g / 2) END,"
     " (g / 2) * 0.25, timestamptz '2024-01-01 00:00:00+00' + (g / 2) * interval '1 second'"
-    " FROM generate_series(%s, %s) g"
+    " FROM generate_series(%s::bigint, %s::bigint) g"
 )
 
 
@@ -27,13 +28,9 @@ def bench_apply_keyless(changes: int) -> float:
     destination, against COPY of as many rows; the destination must equal the source as a
     multiset."""
     os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
-    from airflow_provider_pgsync.apply.run import apply_table
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
-    from airflow_provider_pgsync.changelog.segments import Changelog
-    from airflow_provider_pgsync.destinations.postgres import PostgresDestination
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
     from airflow_provider_pgsync.pgoutput.lsn import LSN
-    from airflow_provider_pgsync.source.names import TableRef
     from airflow_provider_pgsync.state.phases import DataSync, Init, SyncDone
     from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
@@ -84,38 +81,8 @@ def bench_apply_keyless(changes: int) -> float:
         state = store.save(store.load("bench").with_table_phase(key, DataSync()).with_table_phase(key, done))
 
         out.execute(ddl.replace(TABLE, "bench_keyless_copy", 1))
-        copy_times = []
-        for _ in range(2):
-            out.execute("TRUNCATE bench_keyless_copy")
-            t0 = time.monotonic()
-            with out.cursor().copy("COPY bench_keyless_copy FROM STDIN") as copy:
-                for block in base:
-                    copy.write(block)
-            copy_times.append(time.monotonic() - t0)
-        copy_rate = rows / min(copy_times)
-        print(f"COPY FROM STDIN of {rows:,} rows: best {min(copy_times):.2f} s of 2, {copy_rate:,.0f} rows/s")
-
-        apply_times = []
-        for _ in range(2):
-            # the destination creates its table; the base is loaded into it as a baseline would
-            out.execute("DROP SCHEMA IF EXISTS pgsync CASCADE")
-            out.execute("DROP TABLE IF EXISTS bench_keyless")
-            setup = PostgresDestination(cluster.conninfo(dst), name="bench")
-            setup.open_table(TableRef.parse(key), state.table(key).columns, 0)
-            setup.close()
-            with out.cursor().copy("COPY bench_keyless FROM STDIN") as copy:
-                for block in base:
-                    copy.write(block)
-            out.execute("VACUUM ANALYZE bench_keyless")
-            destination = PostgresDestination(cluster.conninfo(dst), name="bench")
-            t0 = time.monotonic()
-            applied = apply_table(Changelog(changelog_uri), state, state.table(key), destination)
-            apply_times.append(time.monotonic() - t0)
-            destination.close()
-            assert applied.applied == total, applied
-            print(
-                f"apply run: {apply_times[-1]:.2f} s, {applied.applied:,} changes, table {applied.phase.kind}"
-            )
+        copy_rate = copy_limit(out, "bench_keyless_copy", base, rows)
+        best = timed_applies(cluster.conninfo(dst), out, key, state, changelog_uri, base, total)
         # as multisets: the count and the sum of a hash of each row's text
         query = "SELECT count(*), sum(hashtext(b::text)), sum(hashtext(b::text || 'x')) FROM bench_keyless b"
         sums = [c.execute(query).fetchone() for c in (conn, out)]
@@ -123,8 +90,8 @@ def bench_apply_keyless(changes: int) -> float:
             raise SystemExit(f"the destination differs from the source: {sums[1]} != {sums[0]}")
         print(f"destination equals the source: {sums[0][0]:,} rows")  # type: ignore[index]
     cluster.destroy()
-    ours_rate = total / min(apply_times)
-    print(f"apply of a keyless table (best of 2): {min(apply_times):.2f} s, {ours_rate:,.0f} changes/s")
+    ours_rate = total / best
+    print(f"apply of a keyless table (best of 2): {best:.2f} s, {ours_rate:,.0f} changes/s")
     ratio = ours_rate / copy_rate
     print(f"apply_keyless_ratio={ratio:.2f}")
     return ratio
