@@ -61,18 +61,24 @@ def view_query(database: Database, table: str) -> str:
 
 def lake_session(lake: Path, steps: list[dict[str, Any]]) -> list[Any]:
     """Run ``steps`` in one Spark session on the lake (``lake_session.py``); their results."""
+    return list(run_session(SESSION, [str(lake), json.dumps(steps)], timeout=600))
+
+
+def run_session(script: Path, args: list[str], timeout: float) -> Any:
+    """Run a Spark session ``script`` as a process of its own, as the jobs run; the JSON it
+    printed last after ``RESULT``."""
     env = {**os.environ, **driver_environment()}
     done = subprocess.run(
-        [sys.executable, str(SESSION), str(lake), json.dumps(steps)],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-5000:]
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return list(json.loads(line[len("RESULT ") :]))
+    return json.loads(line[len("RESULT ") :])
 
 
 def sort_rows(found: list[list[str | None]]) -> list[tuple[str | None, ...]]:

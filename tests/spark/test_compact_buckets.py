@@ -5,31 +5,16 @@ key. After every compaction the view shows what it showed before, and what the m
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_pgsync.hooks.spark_submit import driver_environment
+from tests.apply.lake import run_session
 
 SESSION = Path(__file__).with_name("compact_session.py")
 
 
 def _steps(lake: Path) -> dict[str, dict[str, Any]]:
-    env = {**os.environ, **driver_environment()}
-    done = subprocess.run(
-        [sys.executable, str(SESSION), str(lake)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-5000:]
-    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")][-1]
-    return {s["step"]: s for s in json.loads(line[len("RESULT ") :])}
+    return {s["step"]: s for s in run_session(SESSION, [str(lake)], timeout=900)}
 
 
 def _kept(step: dict[str, Any]) -> list[str]:
