@@ -59,11 +59,12 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
         if end > start:
             positions = np.arange(start, end)
             added, removed = positions[adds[start:end]], positions[removes[start:end]]
-            inserts = rows.select(names).take(added)
+            taken = rows.take(added)
+            inserts = taken.select(names)
             for c, mask in unchanged.items():  # an UPDATE's unchanged TOAST: its old row's value
                 kept = mask[added]
                 if kept.any():
-                    old = _before(rows.take(added), c, has_old[added])
+                    old = _before(taken, c, has_old[added])
                     index = inserts.schema.get_field_index(c)
                     inserts = inserts.set_column(index, c, pc.if_else(pa.array(kept), old, inserts.column(c)))
             deletes = pa.table({c: _before(rows.take(removed), c, has_old[removed]) for c in names})
