@@ -11,10 +11,10 @@ STAMP := $(VENV)/.pgsync-installed
 .PHONY: demo ui airflow airflow-stop test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
 
 demo: deps venv
-	$(PY) dev/demo.py
+	@$(PY) dev/demo.py
 
 ui: deps venv
-	$(PY) dev/ui.py
+	@$(PY) dev/ui.py
 
 # a real deployment (scheduler, dag-processor, triggerer, API server; LocalExecutor; metadata in
 # PostgreSQL) over the demo pipeline, logs under .dev/airflow/logs
@@ -43,10 +43,14 @@ deps:
 
 venv: $(STAMP)
 
+# pip's output goes to $(PIP_LOG); its end is shown when an install fails
+PIP_LOG := .dev/logs/pip.log
 $(STAMP): pyproject.toml
+	@mkdir -p $(dir $(PIP_LOG))
+	@echo "venv: installing pgsync and its dependencies into $(VENV) (a few minutes; output in $(PIP_LOG))"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install --upgrade pip > $(PIP_LOG) 2>&1 || { tail -n 40 $(PIP_LOG); exit 1; }
+	@$(PY) -m pip install -e '.[dev]' >> $(PIP_LOG) 2>&1 || { tail -n 40 $(PIP_LOG); exit 1; }
 	@touch $(STAMP)
 
 pg-start: venv

@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from demo_console import QuietConsole
 from pgcluster import REPO, Cluster, dev_cluster
 
 DEMO_DB = "pgsync_demo"
@@ -36,6 +37,7 @@ CONN_ID = "pgsync_demo_source"
 PIPELINE = "demo"
 DEMO = REPO / ".dev" / "demo"
 AIRFLOW_HOME = REPO / ".dev" / "airflow-demo"
+LOG = DEMO / "demo.log"
 CDC_RUNS = 3
 
 SCHEMA = """
@@ -181,15 +183,19 @@ def fresh_airflow() -> Any:
     return bag
 
 
-def run(bag: Any, kind: str, **kwargs: Any) -> None:
+def run(console: QuietConsole, bag: Any, kind: str, **kwargs: Any) -> None:
     """Run DAG ``pgsync_demo_<kind>`` with ``dag.test()``; exit when a task failed."""
     dag_id = f"pgsync_{PIPELINE}_{kind}"
     started = time.monotonic()
     dag_run = bag.dags[dag_id].test(**kwargs)
     states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-    print(f"demo: {dag_id}: {dag_run.state} in {time.monotonic() - started:.0f} s {states}", flush=True)
+    seconds = time.monotonic() - started
     if str(dag_run.state) != "success":
-        raise SystemExit(f"demo: {dag_id} failed; its task logs are above")
+        failed = sorted(task for task, state in states.items() if state not in ("success", "skipped"))
+        console.say(f"demo: {dag_id}: {dag_run.state} in {seconds:.0f} s; tasks not done: {failed}")
+        raise SystemExit(f"demo: {dag_id} failed; its task logs are in {LOG}")
+    done = sum(state == "success" for state in states.values())
+    console.say(f"demo: {dag_id}: success in {seconds:.0f} s ({done} task(s) ran)")
 
 
 def source_sums(conninfo: str) -> dict[str, tuple[int, int]]:
@@ -242,40 +248,65 @@ def main() -> int:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
     os.environ["PGSYNC_CONFIG"] = str(DEMO / "pgsync.yaml")
+    print(f"demo: one pipeline end to end (about 5 minutes); Airflow's and Spark's output goes to {LOG}")
+    with QuietConsole(LOG) as console:
+        code, verdict = run_demo(console)
+    print(f"demo: logs: {LOG} ({console.lines:,} lines of Airflow, Spark and PostgreSQL output),")
+    print(f"      {REPO / '.dev' / 'logs' / 'pip.log'} (pip); `make ui` shows the runs and the status page")
+    print(verdict)
+    return code
 
+
+def run_demo(console: QuietConsole) -> tuple[int, str]:
+    """The demo's steps; its exit code and its last line."""
+    console.say("demo: [1/7] source database")
     cluster = dev_cluster()
     conninfo = prepare_demo_source(cluster)
+    console.say(f"  database {DEMO_DB} at {cluster.url(DEMO_DB)}: {_row_counts(conninfo)}")
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = cluster.url(DEMO_DB, with_password=True)
     write_config(DEMO / "pgsync.yaml")
+    console.say(f"demo: [2/7] Airflow home {AIRFLOW_HOME}, pipeline config {DEMO / 'pgsync.yaml'}")
     bag = fresh_airflow()
 
-    run(bag, "setup")
+    console.say("demo: [3/7] setup: preflight, publication, slot, table states")
+    run(console, bag, "setup")
     writer = Writer(conninfo)
     writer.start()
-    run(bag, "baseline", run_conf={"mode": "rebaseline"})
+    console.say(f"demo: [4/7] baseline of {len(COLUMNS)} tables (Spark) while a writer commits changes")
+    run(console, bag, "baseline", run_conf={"mode": "rebaseline"})
     for n in range(CDC_RUNS):
         if n == CDC_RUNS - 1:
             writer.stop()
-            print(f"demo: the writer committed {writer.transactions} transactions")
-        run(bag, "cdc")
-    run(bag, "compact")
+            console.say(f"demo: the writer stopped after {writer.transactions:,} transactions")
+        console.say(f"demo: [5/7] cdc run {n + 1} of {CDC_RUNS}: capture, then apply to the lake")
+        run(console, bag, "cdc")
+    console.say("demo: [6/7] compaction of the lake (Spark)")
+    run(console, bag, "compact")
 
+    console.say("demo: [7/7] comparing each table of the source with its lake view (Spark)")
     source, lake = source_sums(conninfo), lake_sums()
     matching = 0
     for table in COLUMNS:
         same = source[table] == lake[table]
         matching += same
-        print(
-            f"demo: {table:18} source {source[table][0]:>7,} rows, checksum {source[table][1]:>16}"
+        console.say(
+            f"  {table:18} source {source[table][0]:>7,} rows, checksum {source[table][1]:>16}"
             f" | lake {lake[table][0]:>7,} rows, checksum {lake[table][1]:>16}"
             f"  {'ok' if same else 'DIFFERENT'}"
         )
     if matching != len(COLUMNS):
-        print(f"demo: NOT in sync: {len(COLUMNS) - matching} of {len(COLUMNS)} tables differ")
-        return 1
+        return 1, f"demo: NOT in sync: {len(COLUMNS) - matching} of {len(COLUMNS)} tables differ"
     rows = sum(count for count, _ in source.values())
-    print(f"demo: in sync, {len(COLUMNS)} tables, {rows} rows")
-    return 0
+    return 0, f"demo: in sync, {len(COLUMNS)} tables, {rows:,} rows"
+
+
+def _row_counts(conninfo: str) -> str:
+    with psycopg.connect(conninfo) as conn:
+        counts = [
+            (table, conn.execute(f"SELECT count(*) FROM {table}").fetchone())  # noqa: S608 (demo's own names)
+            for table in COLUMNS
+        ]
+    return ", ".join(f"{table} {row[0] if row else 0:,} rows" for table, row in counts)
 
 
 if __name__ == "__main__":
