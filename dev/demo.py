@@ -11,8 +11,10 @@
 4. compares each table of the source with its lake view (row count and a checksum of every
    row's text, computed alike by PostgreSQL and Spark) and prints one line per table.
 
-The last line is ``demo: in sync, <N> tables, <M> rows`` when every table matches; the exit
-code is 1 otherwise. ``make ui`` then shows the runs and the status page.
+The terminal shows the demo's steps and pgsync's own log lines (``demo_console``); all other
+output goes to ``.dev/demo/demo.log``. The last line is ``demo: in sync, <N> tables, <M> rows``
+when every table matches; the exit code is 1 otherwise. ``make ui`` then shows the runs and
+the status page.
 """
 
 from __future__ import annotations
