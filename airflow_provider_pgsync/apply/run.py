@@ -20,7 +20,7 @@ from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_sna
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
-from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID
+from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID, segment_schema
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
@@ -96,9 +96,15 @@ def apply_table(
     handed = {s.schema_version for s in segments}
     versions = {v: c for v, c in columns_of_version.items() if v in handed}
     known = _version_at(segments, watermark)
-    if known is not None or versions:
+    opened = known is not None or bool(versions)
+    if opened:
         first = known if known is not None else min(versions)
         destination.open_table(table, versions.get(first, table_state.columns), first)
+    handed_off = (
+        isinstance(phase, SyncDone)
+        and state.last_end_lsn is not None
+        and state.last_end_lsn >= phase.baseline_lsn
+    )
     applied = in_base = 0
     try:
         changes_read = changelog.read_changes(
@@ -140,6 +146,15 @@ def apply_table(
             watermark = upto
             applied += changes.num_rows
             in_base += batch.num_rows - changes.num_rows
+        mark = _handoff_mark(kept, watermark) if handed_off else None
+        if mark is not None:
+            version = max(columns_of_version) if columns_of_version else 0
+            columns = columns_of_version.get(version, table_state.columns)
+            if not opened:
+                destination.open_table(table, columns, version)
+            nothing = pa.RecordBatch.from_pylist([], schema=segment_schema(columns))
+            destination.apply(table, columns, nothing, mark)
+            watermark = mark
         backfill = table_state.backfill
         if backfill is not None and _backfill_due(state, backfill, destination):
             touched = touched_keys(changelog, table_state, segments, versions, backfill)
@@ -179,11 +194,8 @@ def apply_table(
             ),
         )
     new_phase: TablePhase = phase
-    if (
-        isinstance(phase, SyncDone)
-        and state.last_end_lsn is not None
-        and state.last_end_lsn >= phase.baseline_lsn
-    ):
+    if handed_off:
+        assert isinstance(phase, SyncDone) and state.last_end_lsn is not None
         log.info(
             "%s: in sync in %s from %s on (baseline at %s)",
             key,
@@ -193,6 +205,27 @@ def apply_table(
         )
         new_phase = Ready()
     return TableApplied(key, applied, in_base, watermark, new_phase)
+
+
+HANDOFF_SEQ = 2**62
+"""The ``_seq`` of the watermark a hand-off leaves at a commit LSN: past every change of that
+transaction (and short of overflowing the int64 a backfill adds one to)."""
+
+
+def _handoff_mark(segments: Sequence[SegmentInfo], watermark: Key | None) -> Key | None:
+    """Where a finished hand-off moves the watermark: past every captured change of the table,
+    when that is beyond ``watermark`` (None: it is not).
+
+    Once capture has passed the baseline's LSN, each captured change is in the base (its
+    transaction was visible to the snapshot) or was applied by the hand-off; but the hand-off
+    reads only the segments that may hold the others, so its watermark can stay short of (or,
+    with nothing to apply, never reach) changes the base already holds. Left there, the Ready
+    table's next apply would read those again: rows twice in a table without a key, a failing
+    INSERT in one with a key."""
+    if not segments:
+        return None
+    mark = (max(s.last_commit_lsn for s in segments).value, HANDOFF_SEQ)
+    return mark if watermark is None or mark > watermark else None
 
 
 def _seen_by_baseline(change: SchemaChange, done: SyncDone) -> bool:
