@@ -67,6 +67,7 @@ class PgBackfillOperator(PgBaselineOperator):
         self.filter_grammar = filter_grammar
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_connections()
         key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
         lakes = [_backfill_lake(d) for d in self.destinations]

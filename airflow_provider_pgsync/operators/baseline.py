@@ -27,6 +27,11 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination, new_versi
 from airflow_provider_pgsync.destinations.pg_typedefs import read_columns
 from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError, SlotError
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
+from airflow_provider_pgsync.hooks.connections import (
+    check_connections,
+    destination_connections,
+    source_and_state,
+)
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -153,6 +158,7 @@ class PgBaselineOperator(BaseOperator):
         self._replicas = ReplicaBaselines([], self.log)  # this run's PostgreSQL destinations
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_connections()
         lakes = [_lake(d) for d in self.destinations if destination_kind(d) not in ("postgres", "custom")]
         lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
@@ -297,6 +303,13 @@ class PgBaselineOperator(BaseOperator):
         if followed.renamed:
             self.log.info("table %s is named %s in the source (renamed there)", followed.key, followed.source)
         return followed.key, dataclasses.replace(table, table=followed.source)
+
+    def check_connections(self) -> None:
+        """ConfigError naming each connection (source, state store, destinations) Airflow does
+        not know, before anything is written."""
+        needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+        needed += destination_connections(self.destinations)
+        check_connections(type(self).__name__, self.task_id, needed)
 
     def _check_slot(
         self, hook: PgReplicationHook, store: StateStore, key: str, *, baseline_lsn: LSN | None = None
