@@ -67,7 +67,6 @@ class PgBackfillOperator(PgBaselineOperator):
         self.filter_grammar = filter_grammar
 
     def execute(self, context: Context) -> dict[str, Any]:
-        self.check_connections()
         key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
         lakes = [_backfill_lake(d) for d in self.destinations]
@@ -76,6 +75,7 @@ class PgBackfillOperator(PgBaselineOperator):
                 f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
                 "(rebaseline the table to refresh a PostgreSQL destination)"
             )
+        self.check_connections()  # after the checks of the arguments alone, before anything is read
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema

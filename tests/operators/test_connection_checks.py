@@ -121,12 +121,12 @@ def test_capture_with_an_unknown_state_connection_writes_nothing(
     assert _snapshot(pipeline, lake) == before
 
 
-@pytest.mark.parametrize("operator", [PgBaselineOperator, PgBackfillOperator])
-def test_baseline_and_backfill_with_an_unknown_replica_connection_write_nothing(
-    pipeline: Pipeline, source_conn_id: str, lake: Path, operator: type[PgBaselineOperator]
+def test_baseline_with_an_unknown_replica_connection_writes_nothing(
+    pipeline: Pipeline, source_conn_id: str, lake: Path
 ) -> None:
+    """The lake comes first: no Spark job starts, no table goes DataSync."""
     before = _snapshot(pipeline, lake)
-    op = operator(
+    op = PgBaselineOperator(
         task_id="baseline",
         pipeline=pipeline.name,
         table="public.items",
@@ -134,7 +134,23 @@ def test_baseline_and_backfill_with_an_unknown_replica_connection_write_nothing(
         state_backend="postgres",
         destinations=[{"kind": "lake"}, {"kind": "postgres", "conn_id": MISSING, "name": "replica"}],
     )
-    _refused(op.execute, operator.__name__, MISSING)
+    _refused(op.execute, "PgBaselineOperator", MISSING)
+    assert _snapshot(pipeline, lake) == before
+
+
+def test_backfill_with_an_unknown_state_connection_writes_nothing(
+    pipeline: Pipeline, source_conn_id: str, lake: Path
+) -> None:
+    before = _snapshot(pipeline, lake)
+    op = PgBackfillOperator(
+        task_id="backfill",
+        pipeline=pipeline.name,
+        table="public.items",
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+        state_conn_id=MISSING,
+    )
+    _refused(op.execute, "PgBackfillOperator", MISSING)
     assert _snapshot(pipeline, lake) == before
 
 
