@@ -104,7 +104,7 @@ class PgBaselineOperator(BaseOperator):
         not on the command line, in Spark's configuration nor in a task.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "table", "destinations", "spark_conf")
+    template_fields: Sequence[str] = ("pipeline", "table", "slot_name", "destinations", "spark_conf")
 
     def __init__(
         self,
