@@ -101,6 +101,23 @@ def _runs(
     destinations: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Two baselines of the bench table into ``destinations``; the operator's results."""
+    from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+
+    # a baseline needs its pipeline's slot; dropped at once after, so it retains no WAL
+    hook = PgReplicationHook(postgres_conn_id="pgsync_bench")
+    hook.ensure_slot("bench_baseline_slot")
+    try:
+        return _timed_runs(partition_mb, spark_conf, options, destinations)
+    finally:
+        hook.drop_slot("bench_baseline_slot")
+
+
+def _timed_runs(
+    partition_mb: float,
+    spark_conf: dict[str, str],
+    options: dict[str, str],
+    destinations: list[dict[str, str]],
+) -> list[dict[str, Any]]:
     from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 
     results = []
@@ -109,6 +126,7 @@ def _runs(
             task_id="bench_baseline",
             pipeline="bench",
             table="public.bench_rows",
+            slot_name="bench_baseline_slot",
             postgres_conn_id="pgsync_bench",
             destinations=destinations,
             state_backend="postgres",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from airflow_provider_pgsync.hooks.replication import SlotInfo
+from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 
 
@@ -46,5 +47,50 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
             "it: it was replaced (dropped and created again) or advanced by another consumer, so "
             "changes in between were skipped",
             rebaseline,
+        )
+    return None
+
+
+SETUP_FIRST = (
+    "create the slot before the baseline: run the pipeline's setup (PgCreateSlotOperator, or the setup "
+    "DAG's create_slot task), then run the baseline again"
+)
+
+
+def slot_creation_bound(state: PipelineState, slot_name: str, info: SlotInfo) -> LSN | None:
+    """An LSN at or after the slot's creation: the one the state recorded for it, else the
+    slot's confirmed position (a slot only ever moves forward from where it was created)."""
+    if state.slot_name == slot_name and state.slot_creation_lsn is not None:
+        return state.slot_creation_lsn
+    return info.confirmed_flush_lsn
+
+
+def baseline_slot_problem(
+    state: PipelineState, slot_name: str, info: SlotInfo | None, *, baseline_lsn: LSN | None = None
+) -> SlotProblem | None:
+    """None when a baseline may rely on ``slot_name`` for every change after its snapshot: the
+    slot exists, is usable, is the one the state was built from, and was created before the
+    snapshot at ``baseline_lsn`` (when given); otherwise the problem (DESIGN rules 5 and 10)."""
+    if info is None:
+        return SlotProblem(
+            f"replication slot {slot_name} does not exist: the changes committed after the baseline's "
+            "snapshot would be captured by nobody",
+            SETUP_FIRST,
+        )
+    problem = slot_problem(state, slot_name, info)
+    if problem is not None:
+        return problem
+    created = slot_creation_bound(state, slot_name, info)
+    if created is None:
+        return SlotProblem(
+            f"replication slot {slot_name} has no confirmed position yet (it is being created)",
+            "wait until its creation has finished, then run the baseline again",
+        )
+    if baseline_lsn is not None and created > baseline_lsn:
+        return SlotProblem(
+            f"replication slot {slot_name} was created at {created}, after the baseline's snapshot at "
+            f"{baseline_lsn}: the changes committed in between would be in neither the base nor "
+            "the changelog",
+            SETUP_FIRST,
         )
     return None

@@ -23,6 +23,11 @@ from airflow_provider_pgsync.errors import (
     StaleDecisionError,
 )
 from airflow_provider_pgsync.failpoints import pause_point
+from airflow_provider_pgsync.hooks.connections import (
+    check_connections,
+    destination_connections,
+    source_and_state,
+)
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.pgoutput.lsn import LSN
@@ -115,6 +120,9 @@ class PgApplyOperator(BaseOperator):
         self.fail_on_rebaseline = fail_on_rebaseline
 
     def execute(self, context: Context) -> dict[str, Any]:
+        needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+        needed += destination_connections(self.destinations)
+        check_connections("PgApplyOperator", self.task_id, needed)
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema

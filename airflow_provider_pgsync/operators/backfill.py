@@ -75,6 +75,7 @@ class PgBackfillOperator(PgBaselineOperator):
                 f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
                 "(rebaseline the table to refresh a PostgreSQL destination)"
             )
+        self.check_connections()  # after the checks of the arguments alone, before anything is read
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema

@@ -21,11 +21,17 @@ from airflow_provider_pgsync.baseline import moves
 from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME, PassEntry, write_passfile
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.capture.health import baseline_slot_problem, slot_creation_bound
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.destinations.pg_typedefs import read_columns
-from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError
+from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError, SlotError
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
+from airflow_provider_pgsync.hooks.connections import (
+    check_connections,
+    destination_connections,
+    source_and_state,
+)
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -37,6 +43,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
     pass_entry,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
 from airflow_provider_pgsync.source.row_condition import Condition
@@ -64,6 +71,10 @@ class PgBaselineOperator(BaseOperator):
     :param pipeline: the pipeline name (key of its state).
     :param table: ``"schema.table"`` or ``{"table": ..., "columns": [...], "row_filter": ...}``,
         as the publication has it.
+    :param slot_name: the pipeline's replication slot (the one capture reads); default: the slot
+        the pipeline's state records (the setup DAG and capture record it). The baseline refuses,
+        before it writes anything, when the slot does not exist, is lost or replaced, or was
+        created after the snapshot: the changes in between would be lost.
     :param destinations: destination configs; default one lake destination
         ``{"kind": "lake", "warehouse": ..., "database": "pgsync", "metastore": "derby"}``;
         PostgreSQL replicas as ``{"kind": "postgres", "conn_id": ..., "name": ...,
@@ -93,13 +104,14 @@ class PgBaselineOperator(BaseOperator):
         not on the command line, in Spark's configuration nor in a task.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "table", "destinations", "spark_conf")
+    template_fields: Sequence[str] = ("pipeline", "table", "slot_name", "destinations", "spark_conf")
 
     def __init__(
         self,
         *,
         pipeline: str,
         table: str | Mapping[str, Any],
+        slot_name: str | None = None,
         postgres_conn_id: str = "postgres_default",
         destinations: Sequence[Mapping[str, Any]] | None = None,
         state_backend: str = "variables",
@@ -124,6 +136,7 @@ class PgBaselineOperator(BaseOperator):
             raise ConfigError(f"target_partition_mb must be positive, not {target_partition_mb}")
         self.pipeline = pipeline
         self.table = table
+        self.slot_name = slot_name
         self.postgres_conn_id = postgres_conn_id
         self.destinations = list(destinations) if destinations is not None else [{"kind": "lake"}]
         self.state_backend = state_backend
@@ -145,6 +158,7 @@ class PgBaselineOperator(BaseOperator):
         self._replicas = ReplicaBaselines([], self.log)  # this run's PostgreSQL destinations
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_connections()
         lakes = [_lake(d) for d in self.destinations if destination_kind(d) not in ("postgres", "custom")]
         lineage = new_version()
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
@@ -153,6 +167,7 @@ class PgBaselineOperator(BaseOperator):
         )
         name, spec_table = self._follow(hook, store, published_table(self.table))
         key = str(name)
+        slot, created = self._check_slot(hook, store, key)
         ti = context.get("ti")
         restart = self.rebaseline or getattr(ti, "try_number", 1) > 1
         names = [destination_name(d) for d in self.destinations]
@@ -160,11 +175,16 @@ class PgBaselineOperator(BaseOperator):
         # held from before DataSync until its outcome is recorded: apply tells a dead baseline by it
         with hook.baseline_lock(self.pipeline, key, lineage, holder):
             update_state(
-                store, self.pipeline, lambda s: moves.started(s, key, names, lineage, restart=restart)
+                store,
+                self.pipeline,
+                lambda s: moves.started(
+                    s if s.slot_name else s.with_slot(slot, created), key, names, lineage, restart=restart
+                ),
             )
             self.log.info("baseline %s: %s in DataSync under lineage %s", key, ", ".join(names), lineage)
             try:
                 with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
+                    self._check_slot(hook, store, key, baseline_lsn=snapshot.baseline_lsn)
                     self.log.info(
                         "baseline %s: snapshot %s (xmin %d, xmax %d, %d in progress) at %s",
                         key,
@@ -283,6 +303,37 @@ class PgBaselineOperator(BaseOperator):
         if followed.renamed:
             self.log.info("table %s is named %s in the source (renamed there)", followed.key, followed.source)
         return followed.key, dataclasses.replace(table, table=followed.source)
+
+    def check_connections(self) -> None:
+        """ConfigError naming each connection (source, state store, destinations) Airflow does
+        not know, before anything is written."""
+        needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+        needed += destination_connections(self.destinations)
+        check_connections(type(self).__name__, self.task_id, needed)
+
+    def _check_slot(
+        self, hook: PgReplicationHook, store: StateStore, key: str, *, baseline_lsn: LSN | None = None
+    ) -> tuple[str, LSN]:
+        """The pipeline's slot and an LSN at or after its creation; SlotError naming the slot, the
+        pipeline, the table and the remedy unless the slot may carry every change after the
+        snapshot (``capture.health.baseline_slot_problem``)."""
+        slot = self.slot_name or store.load(self.pipeline).slot_name
+        where = f"baseline of table {key} in pipeline {self.pipeline!r} (task {self.task_id})"
+        if not slot:
+            raise SlotError(
+                f"{where} refused: no replication slot to check (the task has no slot_name and the "
+                f"pipeline's state records none); pass slot_name=<the slot capture reads>, created before "
+                "the baseline (PgCreateSlotOperator), or run the pipeline's setup DAG first"
+            )
+        info = hook.slot_info(slot)
+        state = store.load(self.pipeline)  # after the slot: a capture meanwhile is in the state
+        problem = baseline_slot_problem(state, slot, info, baseline_lsn=baseline_lsn)
+        if problem is not None:
+            raise SlotError(f"{where} refused: {problem.reason}; remedy: {problem.solution}")
+        assert info is not None
+        created = slot_creation_bound(state, slot, info)
+        assert created is not None
+        return slot, created
 
     def _job_spec(
         self,

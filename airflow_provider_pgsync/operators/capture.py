@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.connections import check_connections, source_and_state
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.source.sessions import timeout_ms
 from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
@@ -85,6 +86,8 @@ class PgCaptureOperator(BaseOperator):
         self.peek_statement_timeout = float(peek_statement_timeout or 0)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+        check_connections("PgCaptureOperator", self.task_id, needed)
         settings = CaptureSettings(
             pipeline=self.pipeline,
             slot_name=self.slot_name,

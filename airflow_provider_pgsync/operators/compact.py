@@ -12,6 +12,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.hooks.connections import check_connections, source_and_state
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.capture import open_state_store
@@ -70,6 +71,9 @@ class PgCompactOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         if self.destination.get("kind", "lake") != "lake":
             raise ConfigError(f"PgCompactOperator compacts lake destinations, not {self.destination!r}")
+        if self.pipeline is not None:  # the lake itself needs no connection
+            needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+            check_connections("PgCompactOperator", self.task_id, needed)
         lake = LakeDestination.from_config(self.destination)
         tables = self._lake_tables()
         conf = {

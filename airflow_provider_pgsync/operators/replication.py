@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.errors import PgSyncError
+from airflow_provider_pgsync.hooks.connections import NeededConnection, check_connections, source_and_state
 from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
@@ -29,6 +30,14 @@ class _SourceOperator(BaseOperator):
     @property
     def hook(self) -> PgReplicationHook:
         return PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
+
+    def needed_connections(self) -> list[NeededConnection]:
+        """The Airflow connections this task uses."""
+        return source_and_state(self.postgres_conn_id, None)
+
+    def check_connections(self) -> None:
+        """ConfigError naming each connection Airflow does not know, before anything is done."""
+        check_connections(type(self).__name__, self.task_id, self.needed_connections())
 
 
 class _TablesOperator(_SourceOperator):
@@ -50,6 +59,9 @@ class _TablesOperator(_SourceOperator):
         self.state_backend = state_backend
         self.state_conn_id = state_conn_id
         self.state_schema = state_schema
+
+    def needed_connections(self) -> list[NeededConnection]:
+        return source_and_state(self.postgres_conn_id, self.state_conn_id if self.pipeline else None)
 
     def source_tables(self, tables: Sequence[Any], *, tolerant: bool = False) -> tuple[PublishedTable, ...]:
         """``tables`` parsed, each under its name in the source now (``tolerant``: the config's
@@ -100,6 +112,7 @@ class PgPreflightOperator(_TablesOperator):
         self.tables = tables
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_connections()
         facts = self.hook.preflight(
             slot_name=self.slot_name,
             tables=self.source_tables(self.tables, tolerant=True),
@@ -121,6 +134,7 @@ class PgCreatePublicationOperator(_TablesOperator):
         self.tables = tables
 
     def execute(self, context: Context) -> str:
+        self.check_connections()
         validate_publication_name(self.publication_name)
         published_tables(self.tables)
         # before the slot: every DDL the slot will decode is then reported in the stream
@@ -139,6 +153,7 @@ class PgCreateSlotOperator(_SourceOperator):
         self.slot_name = slot_name
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self.check_connections()
         validate_slot_name(self.slot_name)
         created = self.hook.ensure_slot(self.slot_name)
         point = str(created.consistent_point) if created.consistent_point else None
@@ -155,6 +170,7 @@ class PgDropSlotOperator(_SourceOperator):
         self.slot_name = slot_name
 
     def execute(self, context: Context) -> bool:
+        self.check_connections()
         validate_slot_name(self.slot_name)
         dropped = self.hook.drop_slot(self.slot_name)
         if not dropped:

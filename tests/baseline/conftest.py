@@ -23,6 +23,16 @@ PIPELINE = "baseline_test"
 RunBaseline = Callable[..., dict[str, Any]]
 
 
+def baseline_slot(conn_id: str) -> str:
+    """A pgoutput slot in the database of ``conn_id`` (created unless it exists), named after the
+    database: a baseline refuses to run without its pipeline's slot. The ``database`` fixture
+    drops it with the database."""
+    hook = PgReplicationHook(postgres_conn_id=conn_id)
+    name = f"s_{hook.connection.schema}"[:63]
+    hook.ensure_slot(name)
+    return name
+
+
 @pytest.fixture
 def run_baseline(source_conn_id: str, lake: Path) -> RunBaseline:
     """``run_baseline(table, **operator_kwargs)``: one baseline into the test's lake; its result."""
@@ -30,6 +40,7 @@ def run_baseline(source_conn_id: str, lake: Path) -> RunBaseline:
     def run(table: Any, **kwargs: Any) -> dict[str, Any]:
         kwargs.setdefault("state_backend", "postgres")
         kwargs.setdefault("progress_seconds", 2)
+        kwargs.setdefault("slot_name", baseline_slot(source_conn_id))
         op = PgBaselineOperator(
             task_id="baseline", pipeline=PIPELINE, table=table, postgres_conn_id=source_conn_id, **kwargs
         )

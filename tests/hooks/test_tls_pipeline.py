@@ -21,6 +21,7 @@ from airflow_provider_pgsync.state.model import Errored, Ready
 from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
+from tests.baseline.conftest import baseline_slot
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 from tests.hooks.conftest import TlsServer
@@ -167,6 +168,7 @@ def test_a_tls_refusal_inside_spark_fails_the_baseline_naming_the_connection(
         table=TABLE,
         postgres_conn_id=source_conn_id,
         state_backend="postgres",
+        slot_name=baseline_slot(source_conn_id),
         state_conn_id="pgsync_plain_state",
         copy_path=copy_path,
     )

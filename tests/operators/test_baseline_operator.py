@@ -36,7 +36,7 @@ from airflow_provider_pgsync.state.model import Errored, SyncDone, TablePhase
 from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from pgcluster import dev_password
-from tests.baseline.conftest import PIPELINE, pipeline_state
+from tests.baseline.conftest import PIPELINE, baseline_slot, pipeline_state
 from tests.conftest import Database, RunDag
 
 BASE_TABLE = "pgsync.public__items__base"
@@ -51,6 +51,7 @@ RunBaseline = Callable[..., dict[str, Any]]
 def _operator(conn_id: str, table: Any, **kwargs: Any) -> PgBaselineOperator:
     kwargs.setdefault("state_backend", "postgres")
     kwargs.setdefault("progress_seconds", 2)
+    kwargs.setdefault("slot_name", baseline_slot(conn_id))
     return PgBaselineOperator(
         task_id="baseline", pipeline=PIPELINE, table=table, postgres_conn_id=conn_id, **kwargs
     )
@@ -153,6 +154,7 @@ def test_baseline_in_a_dag_run(
             task_id="baseline",
             pipeline=pipeline,
             table="public.items",
+            slot_name=baseline_slot(source_conn_id),
             postgres_conn_id=source_conn_id,
             target_partition_mb=target_mb,
             progress_seconds=0.2,

@@ -37,6 +37,7 @@ from tests.conftest import Database, MakeReplica
 TABLE = "public.items"
 MOUNTED = "/etc/pgsync/pgpass"
 SPARK_CONN = "spark_under_test"
+SLOT = "pgsync_secrets_test"  # the pipeline's slot, which a baseline needs (dropped with the database)
 
 
 @pytest.fixture
@@ -48,6 +49,7 @@ def role(
     database.execute("CREATE TABLE items (id int PRIMARY KEY, payload text NOT NULL)")
     database.execute("INSERT INTO items SELECT g, repeat('x', mod(g, 50)) FROM generate_series(1, 3000) g")
     database.execute("ANALYZE items")
+    database.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
     replica = make_replica("secrets")
     with secret_role(database, replica) as role:
         require_password(role, database.name)
@@ -65,6 +67,7 @@ def _operator(**kwargs: Any) -> PgBaselineOperator:
         task_id="baseline",
         pipeline="by_reference",
         table=TABLE,
+        slot_name=SLOT,
         postgres_conn_id="secret_source",
         state_backend="postgres",
         progress_seconds=2,
