@@ -1,16 +1,18 @@
-"""PgBackfillOperator: re-send the rows of a streaming table that match a condition.
+"""PgBackfillOperator: re-send the rows of a streaming table that match a condition, or the rows
+of a list of keys.
 
-The rows are read like a baseline (one exported snapshot, the same Spark job) but staged for
-apply instead of replacing the base; apply merges them into each lake destination at the
-point of the stream where that is exact (``apply/backfill.py``). The table stays Ready and
-keeps streaming throughout; a failed backfill changes nothing.
+The rows are read like a baseline (one exported snapshot; a Spark job for a condition, a
+``COPY`` on the Airflow worker for a key list) but staged for apply instead of replacing the
+base; apply merges them into each destination at the point of the stream where that is exact
+(``apply/backfill.py``), and for a key list also deletes the keys the snapshot has no row of.
+The table stays Ready and keeps streaming throughout; a failed backfill changes nothing.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -25,6 +27,7 @@ from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.catalog import relation_oid
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.targets import tls_note
+from airflow_provider_pgsync.operators.backfill_keys import key_backfill
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source import row_condition as rc
@@ -48,13 +51,27 @@ class PgBackfillOperator(PgBaselineOperator):
         (``row_condition.SAFE_GRAMMAR``); ``sql``: any SQL boolean expression the source role may
         evaluate (functions, subqueries), for deployments whose trigger users may run SQL.
 
+    :param backfill_keys: instead of a filter, the keys to re-send: a list of dicts of the
+        table's key columns (its replica identity) to their values as PostgreSQL text
+        (``[{"id": "17"}, {"id": "18"}]``), at most ``MAX_BACKFILL_KEYS``. Their rows are read
+        in one exported snapshot on the Airflow worker (no Spark job) and staged in every
+        destination (lake, PostgreSQL, custom ones with ``stage_backfill``); apply then writes
+        each key's row, and deletes the rows of the keys the snapshot has none of (a row the
+        destination holds and the source does not), except keys changed since the snapshot,
+        which the stream brings. Tables whose identity is the whole row take no key list.
+
     The other arguments are ``PgBaselineOperator``'s (``rebaseline`` is not taken).
     """
 
-    template_fields = (*PgBaselineOperator.template_fields, "backfill_filter")
+    template_fields = (*PgBaselineOperator.template_fields, "backfill_filter", "backfill_keys")
 
     def __init__(
-        self, *, backfill_filter: str | None = None, filter_grammar: str = "safe", **kwargs: Any
+        self,
+        *,
+        backfill_filter: str | None = None,
+        filter_grammar: str = "safe",
+        backfill_keys: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
     ) -> None:
         if "rebaseline" in kwargs:
             raise ConfigError("PgBackfillOperator takes no 'rebaseline': a backfill leaves the base in place")
@@ -62,11 +79,16 @@ class PgBackfillOperator(PgBaselineOperator):
             raise ConfigError(
                 f"filter_grammar {filter_grammar!r} is unknown; use one of: {', '.join(rc.GRAMMARS)}"
             )
+        _check_exclusive(backfill_filter, backfill_keys)
         super().__init__(**kwargs)
         self.backfill_filter = backfill_filter
         self.filter_grammar = filter_grammar
+        self.backfill_keys = backfill_keys
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.backfill_keys is not None:
+            _check_exclusive(self.backfill_filter, self.backfill_keys)
+            return key_backfill(self, self.backfill_keys)
         key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
         lakes = [_backfill_lake(d) for d in self.destinations]
@@ -244,3 +266,12 @@ def _discard(lakes: list[LakeDestination], table: TableRef, backfill_id: str) ->
     """Remove what a failed backfill may have staged."""
     for lake in lakes:
         LakeChanges(lake).discard_backfill(lake.backfill_dir(table, backfill_id))
+
+
+def _check_exclusive(backfill_filter: object, backfill_keys: object) -> None:
+    """ConfigError when both a filter and a key list are given."""
+    if backfill_keys is not None and backfill_filter not in (None, ""):
+        raise ConfigError(
+            "PgBackfillOperator takes backfill_filter (rows by a condition) or backfill_keys (rows by "
+            "key), not both: pass one of them"
+        )
