@@ -63,7 +63,8 @@ def change_replica_schema(
             conn.execute(alter + rename.format(temporary, sql.Identifier(new.name)))
         for _, new in diff.retyped:
             conn.execute(
-                alter + sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(new.name), types[new.attnum])
+                alter
+                + sql.SQL("ALTER COLUMN {} TYPE {}").format(sql.Identifier(new.name), types[new.attnum])
             )
         for column in diff.added:
             name, kind = sql.Identifier(column.name), types[column.attnum]

@@ -185,3 +185,4 @@ def _json(text: str | bytes | dict[str, Any], what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise DecodeError(f"{what} message is not a JSON object", tag="M", offset=0)
     return data
+

@@ -85,7 +85,6 @@ class SchemaDiff:
 
     def describe(self, type_name: Callable[[int, int], str] = lambda oid, mod: f"type OID {oid}") -> str:
         """What changed, in words, for logs and errors (types named by ``type_name(oid, typmod)``)."""
-
         def typed(c: ColumnInfo) -> str:
             return type_name(c.type_oid, c.type_modifier)
 
