@@ -205,9 +205,11 @@ class PipelineConfig:
     def lake_destinations(self) -> tuple[LakeDestinationConfig, ...]:
         return tuple(d for d in self.destinations if isinstance(d, LakeDestinationConfig))
 
-    def backfill_destinations(self) -> list[dict[str, Any]]:
-        """The destinations a backfill writes: the lake destinations (a replica is rebaselined)."""
-        return [d.to_mapping() for d in self.lake_destinations]
+    def backfill_destinations(self, *, keys: bool = False) -> list[dict[str, Any]]:
+        """The destinations a backfill writes: a filter backfill the lake destinations (a replica
+        is rebaselined), a key-list backfill (``keys``, ``backfill_keys``) every destination."""
+        chosen = self.destinations if keys else self.lake_destinations
+        return [d.to_mapping() for d in chosen]
 
     def operator_tables(self) -> list[str | dict[str, Any]]:
         """The tables as preflight and publication operators take them."""

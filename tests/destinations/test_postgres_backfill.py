@@ -1,0 +1,59 @@
+"""The PostgreSQL destination's backfill, driven by the destination test kit against a real server:
+staged rows written, absent keys deleted, touched keys left to the stream, with the watermark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_pgsync.apply.backfill import TouchedKeys
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.testing.destination_kit import Change, run_backfill_lifecycle
+from tests.conftest import Database
+from tests.destinations.test_postgres_destination import ORDER_COLUMNS, ORDERS, order, reader
+
+
+def test_a_backfill_writes_staged_rows_and_deletes_absent_keys(database: Database) -> None:
+    final = run_backfill_lifecycle(
+        PostgresDestination(database.conninfo, name="replica"),
+        ORDERS,
+        ORDER_COLUMNS,
+        [Change("I", order(i, note="streamed")) for i in range(1, 7)],
+        read_rows=reader(database),
+        # 1 differs, 7 is missing; 2 and 3 are not in the source; 4 and 5 were touched since
+        staged=[order(1, note="source"), order(7, note="source"), order(4, note="older")],
+        absent=[{"id": "2"}, {"id": "3"}, {"id": "5"}, {"id": "99"}],
+        touched=[{"id": "4"}, {"id": "5"}],
+    )
+    assert [(r["id"], r["note"]) for r in final] == [
+        ("1", "source"),
+        ("4", "streamed"),
+        ("5", "streamed"),
+        ("6", "streamed"),
+        ("7", "source"),
+    ]
+    with database.connect() as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'pgsync' AND tablename LIKE %s", ("backfill%",)
+        )
+        assert left.fetchone() == (0,), "discard_backfill left a staging table"
+
+
+def test_a_backfill_whose_staged_rows_are_gone_fails_naming_the_remedy(database: Database) -> None:
+    destination = PostgresDestination(database.conninfo, name="replica")
+    try:
+        destination.open_table(ORDERS, ORDER_COLUMNS, 0)
+        keys = pa.table({"id": pa.array([], pa.string())})
+        with pytest.raises(
+            DestinationError,
+            match=r"staged rows of a backfill of public.orders .* are gone; run the backfill again",
+        ):
+            destination.backfill(ORDERS, ORDER_COLUMNS, "pgsync.backfill_lost", TouchedKeys(keys), (1, 1))
+        with pytest.raises(
+            DestinationError, match=r"'public.orders' is not a backfill staging table of its control schema"
+        ):
+            destination.backfill(ORDERS, ORDER_COLUMNS, "public.orders", TouchedKeys(keys), (1, 1))
+        assert destination.watermark(ORDERS) is None
+    finally:
+        destination.close()
