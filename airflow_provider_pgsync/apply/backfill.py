@@ -14,6 +14,14 @@ dropped; every other staged row is exactly the row's current state, so writing i
 destination's watermark repairs the row without moving anything else. Writing the same
 backfill again later is harmless (the touched keys only grow), so a crash between the write
 and the state update is repaired by the next apply.
+
+A key-list backfill also stages its absent keys: keys S holds no row of (nor a row the
+publication's row filter keeps). The same argument holds for them: a key no change S did not
+see has touched has, at the watermark, the state it had in S, i.e. no row, so deleting the
+destination's row of that key (a row the destination holds and the source does not) is
+exact; a key such a change touched (inserted again, say) is left to the stream, which has
+it. After a TRUNCATE since S nothing is written nor deleted: the stream holds every row the
+table has had since. Deleting again later is harmless for the same reason as writing again.
 """
 
 from __future__ import annotations
