@@ -7,7 +7,9 @@ and the keys it holds no row of (flag true, only the key columns set). The serve
 value as it parses apply's changes. ``backfill`` (called by apply) then, in one transaction
 with the watermark: deletes the table's rows of the absent keys, and inserts or updates the
 staged rows, both except for the keys touched since the snapshot (staged in a temporary table
-typed like the table's key); ``apply/backfill.py`` says why that is exact. ``discard_backfill``
+typed like the table's key); ``apply/backfill.py`` says why that is exact. A table whose
+identity is the whole row is a multiset: its "keys" are rows, and each staged row not touched
+ends up held as many times as the snapshot holds it (0 for an absent row). ``discard_backfill``
 drops the staging table once every destination took the backfill.
 
 Functions of a ``PostgresDestination``; its methods of the same names call them.
@@ -55,7 +57,6 @@ def stage_backfill(
 ) -> str:
     """Create and fill the staging table of ``backfill_id`` (see the module docstring); its
     qualified name as text (the backfill's location in this destination)."""
-    _check_keyed(destination, table, columns)
     names = [c.name for c in columns]
     if ABSENT in names:
         raise DestinationError(
@@ -112,7 +113,6 @@ def backfill(
 ) -> int:
     """Merge the staging table at ``location`` into ``table`` with watermark ``upto`` in one
     transaction (see the module docstring); the rows written or deleted."""
-    _check_keyed(destination, table, columns)
     staging = _staged(destination, location)
     conn = destination._conn
     names = [c.name for c in columns]
@@ -132,7 +132,9 @@ def backfill(
                 f"{', '.join(n for n in staged_names if n != ABSENT)}, table {table} now "
                 f"{', '.join(names)}: the table's columns changed since; run the backfill again"
             )
-        if not touched.truncated:  # after a TRUNCATE the stream holds every row there is
+        if not touched.truncated and not is_keyed(columns):
+            changed += _multiset(destination, table, names, staging, touched.keys, ABSENT in staged_names)
+        elif not touched.truncated:  # after a TRUNCATE the stream holds every row there is
             newer = _newer(destination, table, keys, touched.keys)
             if ABSENT in staged_names:
                 changed += conn.execute(
@@ -184,12 +186,48 @@ def _staged(destination: PostgresDestination, location: str) -> TableRef:
     return staging
 
 
-def _check_keyed(destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]) -> None:
-    if not is_keyed(columns):
-        raise DestinationError(
-            f"destination {destination.name}: table {table} has no key short of the whole row: "
-            "a backfill cannot tell which rows it replaces; rebaseline the table"
+def _multiset(
+    destination: PostgresDestination,
+    table: TableRef,
+    names: list[str],
+    staging: TableRef,
+    touched: pa.Table,
+    flagged: bool,
+) -> int:
+    """A table whose identity is the row: each staged row (and absent row) not touched since
+    the snapshot is held as many times as the snapshot holds it: the table's equal rows are
+    deleted and the staged copies inserted. Rows are equal as ``postgres_keyless.py`` compares
+    them (column by column by their text), here as the text of a row of texts (hash joins)."""
+    conn = destination._conn
+
+    def text(alias: str) -> sql.Composed:
+        return sql.SQL("ROW({})::text").format(
+            sql.SQL(", ").join(
+                sql.SQL("{}.{}::text").format(sql.Identifier(alias), sql.Identifier(n)) for n in names
+            )
         )
+
+    newer: sql.Composable = sql.SQL("true")
+    if touched.num_rows:
+        staged = destination._stage(table, names, touched.select(names))
+        newer = sql.SQL("{} NOT IN (SELECT {} FROM {} AS n)").format(text("s"), text("n"), staged)
+    deleted = conn.execute(
+        sql.SQL("DELETE FROM {} AS t WHERE {} IN (SELECT {} FROM {} AS s WHERE {})").format(
+            table.identifier, text("t"), text("s"), staging.identifier, newer
+        )
+    ).rowcount
+    present = sql.SQL("NOT s.{}").format(sql.Identifier(ABSENT)) if flagged else sql.SQL("true")
+    inserted = conn.execute(
+        sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} AS s WHERE {} AND {}").format(
+            table.identifier,
+            sql.SQL(", ").join(map(sql.Identifier, names)),
+            sql.SQL(", ").join(sql.SQL("s.{}").format(sql.Identifier(n)) for n in names),
+            staging.identifier,
+            present,
+            newer,
+        )
+    ).rowcount
+    return deleted + inserted
 
 
 def _columns(conn: psycopg.Connection[tuple[object, ...]], staging: TableRef) -> list[str] | None:

@@ -47,12 +47,8 @@ def key_backfill(op: PgBackfillOperator, backfill_keys: object) -> dict[str, Any
     try:
         with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
             columns = column_infos(conn, spec_table.table, spec_table.columns)
-            if not is_keyed(columns):
-                raise ConfigError(
-                    f"table {key} has no key short of the whole row (REPLICA IDENTITY FULL without a "
-                    "primary key): backfill_keys cannot name its rows; rebaseline the table instead"
-                )
-            keys = read_keys(backfill_keys, key_names_of(columns), key)
+            # a table whose identity is the row: its "keys" are whole rows, NULLs allowed
+            keys = read_keys(backfill_keys, key_names_of(columns), key, nullable=not is_keyed(columns))
             rows, absent = key_rows(conn, spec_table, columns, keys)
             op.log.info(
                 "backfill %s %s: %d key(s) in snapshot %s at %s: %d row(s) to write, %d key(s) without a row "

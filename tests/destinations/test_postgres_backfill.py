@@ -9,9 +9,10 @@ import pytest
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.errors import DestinationError
-from airflow_provider_pgsync.testing.destination_kit import Change, run_backfill_lifecycle
+from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.testing.destination_kit import Change, column, run_backfill_lifecycle
 from tests.conftest import Database
-from tests.destinations.test_postgres_destination import ORDER_COLUMNS, ORDERS, order, reader
+from tests.destinations.test_postgres_destination import JSONB, ORDER_COLUMNS, ORDERS, TEXT, order, reader
 
 
 def test_a_backfill_writes_staged_rows_and_deletes_absent_keys(database: Database) -> None:
@@ -57,3 +58,28 @@ def test_a_backfill_whose_staged_rows_are_gone_fails_naming_the_remedy(database:
         assert destination.watermark(ORDERS) is None
     finally:
         destination.close()
+
+
+def test_a_backfill_of_rows_sets_how_many_times_a_keyless_table_holds_them(database: Database) -> None:
+    columns = [column("kind", TEXT, key=True), column("payload", JSONB, key=True)]
+    row = lambda kind, payload=None: {"kind": kind, "payload": payload}  # noqa: E731
+    final = run_backfill_lifecycle(
+        PostgresDestination(database.conninfo, name="replica"),
+        TableRef("public", "events"),
+        columns,
+        [Change("I", row("a", '{"n": 1}')), Change("I", row("a", '{"n": 1}'))]
+        + [Change("I", row(kind)) for kind in ("b", "c", "d", "d")],
+        read_rows=reader(database),
+        # a: once in the source; e: twice, missing here; b: not in the source; d: touched since
+        staged=[row("a", '{"n": 1}'), row("e"), row("e"), row("d")],
+        absent=[row("b"), row("zz")],
+        touched=[row("d")],
+    )
+    assert [(r["kind"], r["payload"]) for r in final] == [
+        ("a", '{"n": 1}'),
+        ("c", None),
+        ("d", None),
+        ("d", None),
+        ("e", None),
+        ("e", None),
+    ]
