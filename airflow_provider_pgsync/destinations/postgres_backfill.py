@@ -67,7 +67,14 @@ def stage_backfill(
     conn = destination._conn
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.identifier))
+            # a table has one backfill pending at most: a staging table of another one of this
+            # table is stale (its backfill went with a rebaseline)
+            for stale in _staging_tables(destination, table) | {staging.name}:
+                conn.execute(
+                    sql.SQL("DROP TABLE IF EXISTS {}").format(
+                        sql.Identifier(destination.control_schema, stale)
+                    )
+                )
             conn.execute(
                 sql.SQL("CREATE TABLE {} AS SELECT false AS {}, {} FROM {} WITH NO DATA").format(
                     staging.identifier,
@@ -172,6 +179,17 @@ def discard_backfill(destination: PostgresDestination, location: str) -> None:
     """Drop the staging table at ``location``."""
     staging = _staged(destination, location)
     destination._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.identifier))
+
+
+def _staging_tables(destination: PostgresDestination, table: TableRef) -> set[str]:
+    """The names of the backfill staging tables of ``table`` in the control schema."""
+    found = destination._conn.execute(
+        "SELECT c.relname::text, obj_description(c.oid, 'pg_class') FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'"
+        " AND starts_with(c.relname::text, %s)",
+        (destination.control_schema, STAGING_PREFIX),
+    ).fetchall()
+    return {str(name) for name, comment in found if str(comment or "").endswith(f" of {table}")}
 
 
 def _staged(destination: PostgresDestination, location: str) -> TableRef:

@@ -58,7 +58,9 @@ class PgBackfillOperator(PgBaselineOperator):
         destination (lake, PostgreSQL, custom ones with ``stage_backfill``); apply then writes
         each key's row, and deletes the rows of the keys the snapshot has none of (a row the
         destination holds and the source does not), except keys changed since the snapshot,
-        which the stream brings. Tables whose identity is the whole row take no key list.
+        which the stream brings. For a table whose identity is the whole row (REPLICA IDENTITY
+        FULL without a primary key) a key is a whole row (every column, None for NULL), and
+        each destination ends up holding it as many times as the snapshot does.
 
     The other arguments are ``PgBaselineOperator``'s (``rebaseline`` is not taken).
     """

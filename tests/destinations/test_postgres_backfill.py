@@ -83,3 +83,17 @@ def test_a_backfill_of_rows_sets_how_many_times_a_keyless_table_holds_them(datab
         ("e", None),
         ("e", None),
     ]
+
+
+def test_a_new_backfill_drops_the_stale_staging_table_of_its_table(database: Database) -> None:
+    destination = PostgresDestination(database.conninfo, name="replica")
+    try:
+        destination.open_table(ORDERS, ORDER_COLUMNS, 0)
+        rows = pa.table({c.name: pa.array([], pa.string()) for c in ORDER_COLUMNS})
+        keys = pa.table({"id": pa.array(["1"])})
+        first = destination.stage_backfill(ORDERS, ORDER_COLUMNS, "b-old", rows, keys)
+        second = destination.stage_backfill(ORDERS, ORDER_COLUMNS, "b-new", rows, keys)
+        found = database.execute("SELECT to_regclass(%s) IS NULL, to_regclass(%s) IS NULL", (first, second))
+        assert found == [(True, False)]
+    finally:
+        destination.close()
