@@ -1,5 +1,8 @@
 """The PostgreSQL destination's backfill: staged rows (and absent keys) merged at the watermark.
 
+A filter backfill's staging table is made the same way, empty, and filled by the backfill's
+Spark job (``operators/baseline_destinations.ReplicaBackfills``).
+
 ``stage_backfill`` (called by ``PgBackfillOperator`` while it holds the snapshot) creates
 ``<control schema>.backfill_<id>`` with the table's columns typed as in the replica's table and
 a ``_pgsync_absent`` flag, and fills it by ``COPY``: the rows the snapshot holds (flag false)
@@ -29,6 +32,7 @@ from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations import postgres_baseline
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -178,7 +182,15 @@ def backfill(
 def discard_backfill(destination: PostgresDestination, location: str) -> None:
     """Drop the staging table at ``location``."""
     staging = _staged(destination, location)
-    destination._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.identifier))
+    with destination._conn.transaction():
+        destination._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.identifier))
+        # the partitions a filter backfill's Spark job recorded copying into it
+        destination._conn.execute(
+            sql.SQL("DELETE FROM {} WHERE staging = %s").format(
+                sql.Identifier(destination.control_schema, postgres_baseline.PARTS_TABLE)
+            ),
+            (location,),
+        )
 
 
 def _staging_tables(destination: PostgresDestination, table: TableRef) -> set[str]:

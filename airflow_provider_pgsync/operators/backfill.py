@@ -24,11 +24,12 @@ from airflow_provider_pgsync.destinations.configs import destination_kind
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
-from airflow_provider_pgsync.hooks.catalog import relation_oid
+from airflow_provider_pgsync.hooks.catalog import column_infos, relation_oid
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.backfill_keys import key_backfill
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
+from airflow_provider_pgsync.operators.baseline_destinations import ReplicaBackfills
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source import row_condition as rc
 from airflow_provider_pgsync.source.names import TableRef
@@ -93,12 +94,9 @@ class PgBackfillOperator(PgBaselineOperator):
             return key_backfill(self, self.backfill_keys)
         key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
-        lakes = [_backfill_lake(d) for d in self.destinations]
-        if not lakes:
-            raise ConfigError(
-                f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
-                "(rebaseline the table to refresh a PostgreSQL destination)"
-            )
+        lakes = [_backfill_lake(d) for d in self.destinations if destination_kind(d) != "postgres"]
+        if not self.destinations:
+            raise ConfigError(f"backfill of {key}: no destination; give the lake and PostgreSQL destinations")
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
@@ -125,6 +123,12 @@ class PgBackfillOperator(PgBaselineOperator):
                         f"table {key} has no key short of the whole row (REPLICA IDENTITY FULL without a "
                         "primary key): a backfill cannot tell which rows it replaces; rebaseline the table"
                     )
+                # the PostgreSQL destinations: a staging table each, which the job fills too
+                self._replicas = ReplicaBackfills(
+                    self.destinations, self.log, backfill_id=backfill_id, condition=condition
+                )
+                columns = column_infos(conn, spec_table.table, spec_table.columns)
+                spec = self._replicas.prepare(conn, spec_table, columns, spec, name=name)
                 self.log.info(
                     "backfill %s %s (%s): snapshot %s at %s",
                     key,
@@ -145,12 +149,16 @@ class PgBackfillOperator(PgBaselineOperator):
                 xmin=snapshot.xmin,
                 xmax=snapshot.xmax,
                 xip=snapshot.xip,
-                staged={w["destination"]: w["location"] for w in result.written},
+                staged={
+                    **{w["destination"]: w["location"] for w in result.written if w["kind"] == "lake"},
+                    **self._replicas.staged,
+                },
                 rows=result.rows,
             )
             update_state(store, self.pipeline, lambda s: s.with_backfill(key, backfill))
         except BaseException:
             _discard(lakes, name, backfill_id)  # the table's state is untouched
+            self._replicas.discard()
             raise
         self.log.info(
             "backfill %s %s: %s rows staged; the next cdc run applies them once capture passes %s",
@@ -253,13 +261,13 @@ def _column_names(conn: psycopg.Connection[Any], table: TableRef) -> list[str]:
 
 
 def _backfill_lake(config: Mapping[str, Any]) -> LakeDestination:
-    """The lake destination ``config`` describes; ConfigError for other kinds."""
+    """The lake destination ``config`` describes; ConfigError for a custom one."""
     kind = destination_kind(config)
     if kind != "lake":
         raise ConfigError(
-            f"destination {config.get('name', kind)!r} ({kind}) cannot take a backfill: "
-            "a backfill writes lake destinations only; pass only the lake destinations to "
-            "PgBackfillOperator, and rebaseline the table to refresh the others"
+            f"destination {config.get('name', kind)!r} ({kind}) cannot take a filter backfill: "
+            "a backfill_filter writes lake and PostgreSQL destinations; re-send its keys with "
+            "backfill_keys (custom destinations with stage_backfill), or rebaseline the table there"
         )
     return _lake(config)
 
