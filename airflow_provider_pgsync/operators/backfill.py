@@ -40,7 +40,8 @@ from airflow_provider_pgsync.state.store import update_state
 
 class PgBackfillOperator(PgBaselineOperator):
     """Re-read the rows of a Ready table matching ``backfill_filter`` from one exported snapshot
-    (a Spark job, as the baseline) and stage them; the next apply writes them over the lake
+    (a Spark job, as the baseline) and stage them in each lake and PostgreSQL destination (a
+    staging table in a replica, which the job fills too); the next apply writes them over the
     destinations' rows, keeping the newer rows of keys changed since the snapshot. The rest of
     the table is left as it is: nothing is deleted.
 
