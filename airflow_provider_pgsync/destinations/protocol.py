@@ -25,7 +25,7 @@ Lifecycle of one table in one destination:
    S does not hold), except for the ``touched`` keys (changed by transactions S did not see:
    the stream has them), all with watermark ``upto`` (``apply/backfill.py`` says why that is
    exact); ``discard_backfill(location)`` once done. A filter backfill's rows are staged by the
-   backfill's Spark job (lake); a key-list backfill's by the destination itself through
+   backfill's Spark job (lake, PostgreSQL); a key-list backfill's by the destination itself through
    ``stage_backfill(table, columns, backfill_id, rows, absent)``, which keeps them until apply
    and returns their ``location``. Destinations written before keep the defaults: they take
    no backfill (the table is rebaselined instead);

@@ -189,6 +189,7 @@ def test_bad_key_lists_are_refused_before_anything_is_staged(
     refused([{}], r"column 'id' is missing; the table's key is \(id\)")
     refused([{"id": None}], r"key column 'id' is NULL")
     refused([{"id": 1.5}], r"the value of 'id' must be text as PostgreSQL writes it .* not float")
+    refused([{"id": "1'); DROP TABLE items; --"}], r"invalid input syntax for type integer")
     refused([{"id": "abc"}], r"backfill_keys of table public.items: a value is not text of its column's type")
     refused(
         [{"id": "1"}], r"takes backfill_filter .* or backfill_keys .*, not both", backfill_filter="id > 1"
@@ -221,6 +222,7 @@ def test_a_row_backfill_repairs_a_keyless_table_as_a_multiset_under_writes(
         {"kind": "b", "at": "50"},
         {"kind": "b", "at": 99},
         {"kind": "x", "at": "0"},
+        {"kind": "x'), (NULL, 0); DROP TABLE events; --\\ \"{}", "at": "0"},  # a row no one has
     ]
 
     with Writer(database, touched=20) as writer:  # writes to items; events get their own below
@@ -232,5 +234,5 @@ def test_a_row_backfill_repairs_a_keyless_table_as_a_multiset_under_writes(
     assert writer.writes > 0
     cdc(pipeline, source_conn_id, [REPLICA])
 
-    assert (result["keys"], result["rows"], result["absent"]) == (4, 3, 2)  # NULL, 1 twice; b, 50 once
+    assert (result["keys"], result["rows"], result["absent"]) == (5, 3, 3)  # NULL, 1 twice; b, 50 once
     assert rows(replica, EVENTS) == rows(database, EVENTS)
