@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.prune import may_hold_unseen
 from airflow_provider_pgsync.changelog.schema import OP, XID, key_columns, old_key_column
@@ -72,11 +73,15 @@ def touched_keys(
         keys = key_columns(columns_by_version.get(version, table_state.columns))
         if keys != names:  # the destination sends the table back to baseline at such a change
             continue
-        found.append(pa.table({n: newer.column(n) for n in names}))
-        found.append(pa.table({n: newer.column(old_key_column(n)) for n in names}))
+        # by operation, not by NULLs: a table without a key may hold a row of NULLs
+        op = newer.column(OP)
+        written = newer.filter(pc.is_in(op, pa.array(["I", "U"])))
+        found.append(pa.table({n: written.column(n) for n in names}))
+        old = newer.filter(pc.is_in(op, pa.array(["U", "D"])))
+        if is_keyed(table_state.columns):  # an UPDATE keeping its key has no old key
+            old = old.filter(pc.invert(pc.is_null(old.column(old_key_column(names[0])))))
+        found.append(pa.table({n: old.column(old_key_column(n)) for n in names}))
     if not found:
         return TouchedKeys(pa.table({n: pa.array([], pa.string()) for n in names}))
     every = pa.concat_tables(found)
-    present = pc.invert(pc.is_null(every.column(names[0]))) if names else None
-    every = every.filter(present) if present is not None else every
     return TouchedKeys(every.group_by(names).aggregate([]) if names else every)
