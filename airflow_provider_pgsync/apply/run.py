@@ -149,7 +149,7 @@ def apply_table(
         mark = _handoff_mark(kept, watermark) if handed_off else None
         if mark is not None:
             version = max(columns_of_version) if columns_of_version else 0
-            columns = columns_of_version.get(version, table_state.columns)
+            columns = columns_of_version.get(version) or list(table_state.columns)
             if not opened:
                 destination.open_table(table, columns, version)
             nothing = pa.RecordBatch.from_pylist([], schema=segment_schema(columns))
