@@ -252,7 +252,7 @@ def main() -> int:
     run(bag, "setup")
     writer = Writer(conninfo)
     writer.start()
-    run(bag, "baseline", run_conf={"mode": "rebaseline"})
+    run(bag, "baseline", run_conf={"tables": list(COLUMNS), "mode": "rebaseline"})
     for n in range(CDC_RUNS):
         if n == CDC_RUNS - 1:
             writer.stop()
