@@ -39,6 +39,7 @@ from airflow_provider_pgsync.dags.assets import (
     PgApplyAssetsOperator,
     destination_alias,
     pending_changes_asset,
+    table_assets,
 )
 from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
 from airflow_provider_pgsync.errors import ApplyFailedError
@@ -252,6 +253,8 @@ def cdc_dag(config: PipelineConfig) -> DAG:
             task_id="apply",
             **retries,
             outlets=[destination_alias(config.name, d.name) for d in config.destinations],
+            # registers (activates) every destination table's asset without an event per run
+            inlets=table_assets(config.name, [d.name for d in config.destinations], config.table_keys),
             baseline_dag_id=baseline_id,
             fail_on_rebaseline=False,  # `outcome` fails the run, after the rebaseline is triggered
             **config.apply_kwargs(),

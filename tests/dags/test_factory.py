@@ -150,6 +150,7 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
         chosen_tables(config, {"tables": ["accounts"], "mode": "backfill"})
     apply = dags["pgsync_crm_cdc"].get_task("apply")
     assert apply.outlets == [destination_alias("crm", "replica")]
+    assert apply.inlets == [table_asset("crm", "replica", "public.accounts")]  # registers it, emits nothing
 
 
 def test_table_assets_have_valid_distinct_uris() -> None:

@@ -49,7 +49,7 @@ def pipeline(
     tmp_path: Path,
 ) -> PipelineDags:
     database.execute("CREATE TABLE items (id int PRIMARY KEY, name text)")
-    database.execute("CREATE TABLE notes (id int PRIMARY KEY)")
+    database.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
     database.execute("INSERT INTO items SELECT g, 'n' || g FROM generate_series(1, 20) g")
     sqlite = {"kind": "custom", "class": f"{example_module}.SqliteDestination", "name": "sqlite"}
     return make_pipeline_dags(["items", "notes"], destinations=[{**sqlite, "path": str(tmp_path / "d.db")}])
