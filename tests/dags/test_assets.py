@@ -75,7 +75,7 @@ def test_destination_table_assets_are_active_and_get_the_cdc_runs_events(
     # an event for each destination table with changes applied (the first run also hands the
     # tables off: every table is Ready), none for the table without changes
     for destination in ("one", "two"):
-        active, events = found[table_asset(name, destination, "public.items").uri]
+        _, events = found[table_asset(name, destination, "public.items").uri]
         assert [e["applied"] for e in events] == [5], (destination, events)
         assert events[0]["phase"] == "Ready"
         assert found[table_asset(name, destination, "public.notes").uri][1] == []
