@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from html import escape
 
+from airflow_provider_pgsync.plugins.reconciled import KINDS, Reconciled
 from airflow_provider_pgsync.plugins.status import (
     DestinationRow,
     LagPoint,
@@ -26,6 +27,7 @@ th { background: #edf2f7; } td.num { text-align: right; font-variant-numeric: ta
 .phase, .destination-phase { font-weight: 600; } .destination-reason { color: #c53030; }
 ul.destinations { margin: 0; padding-left: 1rem; }
 .phase-Ready { color: #276749; } .phase-Errored { color: #c53030; }
+.reconciled-equal { color: #276749; } .reconciled-different, .reconciled-error { color: #c53030; }
 .problem { border-left: 4px solid #c53030; background: #fff5f5; padding: .4rem .8rem; margin: .4rem 0; }
 .note { color: #4a5568; font-size: .9rem; } dl { display: grid; grid-template-columns: max-content auto; }
 dt { font-weight: 600; margin-right: 1rem; } dd { margin: 0; }
@@ -94,6 +96,7 @@ def render_pipeline(status: PipelineStatus) -> str:
             f"{status.changelog_segments:,}" if status.state_known else "an unknown number of")
             + " segment(s) a destination still needs"),
     ]  # fmt: skip
+    facts.append(("Last reconciliation", _reconcile_text(status)))
     for mark in status.watermarks:
         facts.append((f"Applied ({mark.destination})", mark.text if mark.lsn is None else
                       f"commit LSN {mark.lsn}, change {mark.seq}"))  # fmt: skip
@@ -104,13 +107,34 @@ def render_pipeline(status: PipelineStatus) -> str:
             f"<h2>Pipeline {_e(status.name)}</h2>",
             render_problems(status.problems),
             f"<dl>{dl}</dl>",
-            render_tables(status.tables),
+            f'<p class="note reconcile-note">{_e(status.reconcile.note)}</p>'
+            if status.reconcile is not None and status.reconcile.note
+            else "",
+            render_tables(status.tables, _unreconciled(status)),
             "<h3>Lag over recent capture runs</h3>",
             render_chart(status.history),
             f'<p class="note">{_e(status.history_note)}</p>' if status.history_note else "",
             "</section>",
         ]
     )
+
+
+def _reconcile_text(status: PipelineStatus) -> str:
+    run = status.reconcile
+    if not status.reconcile_known:
+        return "unknown (see the problems above)"
+    if run is None:
+        return f"never reconciled (DAG pgsync_{status.name}_reconcile has recorded no result)"
+    finished = _time(run.finished_at) if run.finished_at is not None else _time(run.pushed_at)
+    lsn = f", source snapshot at {run.snapshot_lsn}" if run.snapshot_lsn else ""
+    return f"{finished} (run {run.run_id}{lsn})"
+
+
+def _unreconciled(status: PipelineStatus) -> str:
+    """What a destination table without a result of its own shows."""
+    if not status.reconcile_known:
+        return "reconciliation unknown"
+    return "never reconciled" if status.reconcile is None else "not in the last reconciliation"
 
 
 def _lag_text(status: PipelineStatus) -> str:
@@ -123,9 +147,12 @@ def _lag_text(status: PipelineStatus) -> str:
     return text + f"; at most {format_seconds(status.lag_seconds)} behind (since the last capture)"
 
 
-def render_tables(rows: Sequence[TableRow]) -> str:
+def render_tables(rows: Sequence[TableRow], unreconciled: str = "never reconciled") -> str:
     """The tables of a pipeline; an Errored table shows its reason, remedy and retry mode."""
-    head = "<tr><th>Table</th><th>Phase</th><th>Rows</th><th>Destinations</th><th>Details</th></tr>"
+    head = (
+        "<tr><th>Table</th><th>Phase</th><th>Rows</th><th>Changelog</th><th>Destinations</th>"
+        "<th>Details</th></tr>"
+    )
     body = []
     for row in rows:
         rows_text = "" if row.rows is None else f"{row.rows:,}"
@@ -147,21 +174,26 @@ def render_tables(rows: Sequence[TableRow]) -> str:
             f'<td class="phase phase-{_e(row.phase.replace(" ", "-"))}">{_e(row.phase)}</td>'
             f'<td class="num" title="{_e(row.rows_note)}">{_e(rows_text)}'
             f'<div class="note">{_e(row.rows_note)}</div></td>'
-            f"<td>{render_destinations(row.destinations)}</td><td>{details}</td></tr>"
+            '<td class="num changelog-bytes" title="the bytes of its segment files the changelog keeps">'
+            f"{_e(format_bytes(row.changelog_bytes))}</td>"
+            f"<td>{render_destinations(row.destinations, unreconciled)}</td><td>{details}</td></tr>"
         )
     return f'<table class="tables">{head}{"".join(body)}</table>'
 
 
-def render_destinations(rows: Sequence[DestinationRow]) -> str:
-    """Each destination of a table: its phase, watermark and lag; an Errored one its reason."""
+def render_destinations(rows: Sequence[DestinationRow], unreconciled: str = "never reconciled") -> str:
+    """Each destination of a table: its phase, watermark, lag, when changes were last applied and
+    its last reconciliation; an Errored one its reason."""
     items = []
     for d in rows:
         mark = f"applied to {d.watermark}" if d.watermark else "nothing applied yet"
         lag = "" if d.lag_bytes is None else f", {format_bytes(d.lag_bytes)} behind capture"
+        at = f"; changes last applied {_time(d.applied_at)}" if d.applied_at else ""
         text = (
             f'<li data-destination="{_e(d.name)}">{_e(d.name)}: '
             f'<span class="destination-phase phase-{_e(d.phase)}">{_e(d.phase)}</span> '
-            f'<span class="note">({_e(mark)}{_e(lag)})</span>'
+            f'<span class="note">({_e(mark)}{_e(lag)}<span class="applied-at">{_e(at)}</span>)</span>'
+            f"<br>{render_reconciled(d.reconciled, unreconciled)}"
         )
         if d.phase == "Errored":
             text += (
@@ -170,6 +202,29 @@ def render_destinations(rows: Sequence[DestinationRow]) -> str:
             )
         items.append(text + "</li>")
     return f'<ul class="destinations">{"".join(items)}</ul>' if items else ""
+
+
+def render_reconciled(found: Reconciled | None, unreconciled: str) -> str:
+    """A destination table's last reconciliation: status, counts, sample keys, repair, reason."""
+    if found is None:
+        return f'<span class="reconciled reconciled-none note">{_e(unreconciled)}</span>'
+    parts = [f"reconciled: {found.status}"]
+    if found.source_rows is not None:
+        left = f", {found.left_out:,} keys left out (changed after the snapshot)" if found.left_out else ""
+        parts.append(f"{found.source_rows:,} source rows{left}")
+    if found.status != "equal" and found.counts:
+        parts.append(found.counts)
+    samples = "".join(
+        f'<li data-kind="{_e(kind)}">{_e(kind)}: {_e("; ".join(found.samples[kind]))}</li>'
+        for kind in KINDS
+        if found.samples.get(kind)
+    )
+    repair = f"repair {found.repair}" if found.repair and found.repair != "none" else ""
+    tail = "".join(f"<br>{_e(t)}" for t in (repair, found.reason) if t)
+    return (
+        f'<span class="reconciled reconciled-{_e(found.status)}">{_e("; ".join(parts))}{tail}</span>'
+        + (f'<ul class="samples">{samples}</ul>' if samples else "")
+    )
 
 
 def render_chart(points: Sequence[LagPoint], *, width: int = 640, height: int = 180) -> str:
