@@ -140,7 +140,7 @@ def test_the_last_reconciliation_is_shown_per_destination_escaped(shop: Shop, ru
     assert _destination(status, "public.customers").reconciled is None
 
     html = render_page(collect_page(str(shop.config), access=FullAccess(), now=NOW))
-    assert "<script>" not in html and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in html
+    assert "<script>" not in html and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html
     assert "2026-05-01 11:30:00 UTC (run manual__" in html and "source snapshot at 0/1A2B3C4" in html
     row = html[html.index('data-table="public.orders"') :]
     row = row[: row.index("</tr>")]
