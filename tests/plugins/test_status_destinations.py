@@ -61,10 +61,12 @@ RESULT = {
 
 
 @pytest.fixture(autouse=True)
-def _forget_runs() -> Iterator[None]:
-    """The tiny DAGs' runs, XComs and asset events are deleted after each test (the metadata
-    database is the session's)."""
+def _forget_runs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The tiny DAGs' runs, XComs and asset events are deleted after each test that uses the
+    metadata database (it is the session's)."""
     yield
+    if "airflow_db" not in request.fixturenames:
+        return
     from airflow.api.common.delete_dag import delete_dag
     from airflow.exceptions import DagNotFound
     from airflow.models.asset import AssetEvent
@@ -198,3 +200,22 @@ def test_a_result_of_the_wrong_shape_is_a_note_not_an_error() -> None:
     found = odd.results[("public.orders", "lake")]
     assert found.missing is None and found.samples == {"missing": (), "extra": (), "different": ()}
     assert found.counts == "1 extra, 3 different"
+
+
+def test_bytes_by_table_follow_the_changelogs_folder_names() -> None:
+    from airflow_provider_pgsync.changelog.paths import segment_path
+    from airflow_provider_pgsync.plugins.collect import bytes_by_table
+    from airflow_provider_pgsync.source.names import TableRef
+
+    odd, dotted = TableRef("My Schema", "Odd/Name"), TableRef("a.b", "c")
+    sizes = {
+        segment_path(odd, 1, 1, 2, 0): 10,
+        segment_path(odd, 2, 3, 4, 1): 5,
+        segment_path(dotted, 1, 1, 2, 0): 7,
+        segment_path(TableRef("a", "b.c"), 1, 1, 2, 0): 1000,  # another table, not listed
+    }
+    assert bytes_by_table(sizes, [str(odd), str(dotted), "public.none"]) == {
+        str(odd): 15,
+        str(dotted): 7,
+        "public.none": 0,
+    }
