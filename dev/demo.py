@@ -275,7 +275,7 @@ def run_demo(console: QuietConsole) -> tuple[int, str]:
     writer = Writer(conninfo)
     writer.start()
     console.say(f"demo: [4/7] baseline of {len(COLUMNS)} tables (Spark) while a writer commits changes")
-    run(console, bag, "baseline", run_conf={"mode": "rebaseline"})
+    run(console, bag, "baseline", run_conf={"tables": list(COLUMNS), "mode": "rebaseline"})
     for n in range(CDC_RUNS):
         if n == CDC_RUNS - 1:
             writer.stop()

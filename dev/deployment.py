@@ -372,8 +372,8 @@ def main(argv: list[str]) -> int:
     print(
         f"airflow: scheduler, dag-processor, triggerer and API server run ({deployment.logs}/*.log)\n"
         f"airflow: UI {deployment.base_url}/  (everyone is admin; a local development deployment)\n"
-        "airflow: unpause and trigger pgsync_demo_setup, then unpause pgsync_demo_cdc;"
-        " `make airflow-stop` stops it"
+        "airflow: unpause pgsync_demo_baseline, unpause and trigger pgsync_demo_setup (it triggers the"
+        " baseline), then unpause pgsync_demo_cdc; `make airflow-stop` stops it"
     )
     return 0
 

@@ -263,7 +263,12 @@ class Changelog:
 
     def retained_bytes(self) -> int:
         """The bytes every segment file under the root takes (what the changelog retains)."""
-        return sum(info.size or 0 for info in self._segment_infos())
+        return sum(self.segment_sizes().values())
+
+    def segment_sizes(self) -> dict[str, int]:
+        """The size in bytes of every segment file under the root, by relative path (its first
+        part is the table's folder, ``paths.table_folder``)."""
+        return {info.path[len(self.root) :].lstrip("/"): info.size or 0 for info in self._segment_infos()}
 
     def _segment_infos(self) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)

@@ -9,10 +9,20 @@ task adds the Assets that changed (``context["outlet_events"][alias].add(asset, 
 So the apply task declares one alias per destination (``destination_alias``) and adds the
 destination tables that changed; a DAG downstream schedules on ``table_asset(...)`` (the same
 name and URI) or on the alias.
+
+An asset is *active* (listed on the Assets page, ``asset_active``) when a DAG references it
+in a schedule, an outlet or an inlet; the DAG processor activates those when it stores the
+DAG. An asset that only an alias emitted waits for the scheduler's orphan check to be
+activated, and meanwhile every event logs "Emitting event for inactive AssetModel" (with
+``dag.test()`` and no scheduler, forever). So the apply task also declares every destination
+table as an **inlet** (``table_assets``): apply reads each destination table (its watermark,
+the values an unchanged TOAST column keeps) as well as writing it, and an inlet registers the
+asset without emitting an event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -33,6 +43,12 @@ def table_asset(pipeline: str, destination: str, table: str) -> Asset:
     ref = TableRef.parse(table)
     path = f"{quote(ref.schema, safe='')}.{quote(ref.name, safe='')}"
     return Asset(uri=f"{ASSET_SCHEME}://{pipeline}/{quote(destination, safe='')}/{path}")
+
+
+def table_assets(pipeline: str, destinations: Iterable[str], tables: Iterable[str]) -> list[Asset]:
+    """The Asset of every table in every destination (destination by destination)."""
+    keys = list(tables)
+    return [table_asset(pipeline, destination, table) for destination in destinations for table in keys]
 
 
 def destination_alias(pipeline: str, destination: str) -> AssetAlias:

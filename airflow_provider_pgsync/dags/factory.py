@@ -3,8 +3,10 @@
 Per pipeline ``<name>``:
 
 - ``pgsync_<name>_setup`` (manual): preflight -> publication -> slot -> table states Init ->
-  triggers the baseline DAG for the tables in Init;
-- ``pgsync_<name>_baseline`` (manual; Params ``tables``, ``mode``, ``backfill_filter``): one
+  triggers the baseline DAG for the tables in Init when that DAG is unpaused (a run of a paused
+  DAG would wait queued and start whenever someone unpauses it, long after it was asked for);
+- ``pgsync_<name>_baseline`` (manual; Params ``tables`` and ``mode``, both required,
+  ``destinations``, ``backfill_filter``): one
   mapped ``PgBaselineOperator`` (mode rebaseline) or ``PgBackfillOperator`` (mode backfill)
   task per chosen table;
 - ``pgsync_<name>_cdc`` (the config's cdc schedule: cron, or event-driven on the Asset of the
@@ -37,6 +39,7 @@ from airflow_provider_pgsync.dags.assets import (
     PgApplyAssetsOperator,
     destination_alias,
     pending_changes_asset,
+    table_assets,
 )
 from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
 from airflow_provider_pgsync.errors import ApplyFailedError
@@ -118,7 +121,12 @@ def _destinations_md(config: PipelineConfig) -> str:
 def setup_dag(config: PipelineConfig) -> DAG:
     """Preflight, publication, slot, table states Init, then the baseline of the tables in Init."""
     baseline_id = dag_id(config.name, "baseline")
-    then = f"then triggers `{baseline_id}` for the tables in Init"
+    then = (
+        f"then triggers `{baseline_id}` for the tables in Init. It triggers nothing while "
+        f"`{baseline_id}` is paused (the run would wait queued and start whenever the DAG is "
+        "unpaused): unpause it and run setup again, or trigger it with those tables and mode "
+        "`rebaseline`"
+    )
     doc = (
         f"### pgsync pipeline `{config.name}`: setup\n\n"
         f"Checks that source `{config.source_conn_id}` can replicate {_tables_md(config)} (preflight), "
@@ -140,12 +148,20 @@ def setup_dag(config: PipelineConfig) -> DAG:
 
         @task(task_id="tables_to_baseline")
         def tables_to_baseline(phases: dict[str, str]) -> list[str]:
-            """The tables in phase Init; skips the trigger when there is none."""
+            """The tables in phase Init; skips the trigger when there is none, or when the baseline
+            DAG is paused (its run would start whenever someone unpauses it, unasked by then)."""
             waiting = [key for key, phase in phases.items() if phase == "Init"]
             if not waiting:
                 raise AirflowSkipException(
                     f"every table of pipeline {config.name!r} is past Init: nothing to baseline "
                     f"(trigger {baseline_id} to rebaseline a table)"
+                )
+            if get_current_context()["ti"].get_dag(baseline_id).is_paused:
+                raise AirflowSkipException(
+                    f"DAG {baseline_id} is paused, so no baseline was triggered (its run would wait "
+                    "queued and start whenever the DAG is unpaused); to baseline "
+                    f"{', '.join(waiting)}: unpause {baseline_id} and run this setup DAG again, or "
+                    f"trigger {baseline_id} with param tables {waiting} and mode rebaseline"
                 )
             return waiting
 
@@ -164,12 +180,13 @@ def baseline_dag(config: PipelineConfig) -> DAG:
     """One mapped baseline (or backfill) task per table chosen in the trigger form."""
     doc = (
         f"### pgsync pipeline `{config.name}`: baseline\n\n"
-        f"Copies the chosen tables (param `tables`; default all: {_tables_md(config)}) into the chosen "
-        f"destinations (param `destinations`; default all: {_destinations_md(config)}), one Spark job "
+        f"Copies the chosen tables (param `tables`, required: any of {_tables_md(config)}) into the "
+        f"chosen destinations (param `destinations`; default all: {_destinations_md(config)}), one Spark job "
         "and one mapped task per table, each from one "
         "exported snapshot, and hands each table off to the stream exactly (SyncDone, then Ready at "
         "the next cdc run). The other tables keep their phase and keep streaming.\n\n"
-        "Param `mode`: `rebaseline` (also the first baseline after setup) copies whole tables again; "
+        "Param `mode` (required: nothing is chosen by default): `rebaseline` (also the first "
+        "baseline after setup) copies whole tables again; "
         "`backfill` re-reads only the rows matching `backfill_filter` (one condition; empty: every "
         "row) of tables that are Ready and stages them: the next cdc run writes them over the lake's "
         "rows (keys changed since keep their newer rows; nothing is deleted) while the tables keep "
@@ -236,6 +253,8 @@ def cdc_dag(config: PipelineConfig) -> DAG:
             task_id="apply",
             **retries,
             outlets=[destination_alias(config.name, d.name) for d in config.destinations],
+            # registers (activates) every destination table's asset without an event per run
+            inlets=table_assets(config.name, [d.name for d in config.destinations], config.table_keys),
             baseline_dag_id=baseline_id,
             fail_on_rebaseline=False,  # `outcome` fails the run, after the rebaseline is triggered
             **config.apply_kwargs(),

@@ -1,7 +1,10 @@
 """The trigger-form Params of the baseline and teardown DAGs, and the checks of their values.
 
-The checks run in the DAGs' first task, so a bad value fails the run before anything is
-touched, with an error naming the param and what it must be.
+Nothing destructive is chosen by default: the baseline DAG's ``tables`` and ``mode`` have no
+default (the form asks for both, and Airflow refuses a run without them), and teardown needs
+the pipeline's name typed in. The checks run again in the DAGs' first task, so a bad or
+missing value fails the run before anything is touched, with an error naming the param and
+what to choose.
 """
 
 from __future__ import annotations
@@ -21,20 +24,22 @@ MODES = ("rebaseline", "backfill")
 
 
 def baseline_params(config: PipelineConfig) -> dict[str, Param]:
-    """``tables`` (a multi-select of the config's tables, default all), ``destinations`` (a
-    multi-select of its destinations, default all), ``mode`` and ``backfill_filter``."""
+    """``tables`` (a multi-select of the config's tables, no default), ``destinations`` (a
+    multi-select of its destinations, default all), ``mode`` (no default) and ``backfill_filter``.
+
+    A param without a default is required: the trigger form asks for it and Airflow refuses to
+    create a run without it, so a click on Trigger with the form untouched copies nothing."""
     keys = list(config.table_keys)
     names = [d.name for d in config.destinations]
     return {
         "tables": Param(
-            keys,
             type="array",
             items={"type": "string", "enum": keys},
             examples=keys,
             uniqueItems=True,
             minItems=1,
             title="Tables",
-            description="The tables to baseline (default: all of the pipeline's tables).",
+            description="The tables to rebaseline or backfill (required: none is chosen by default).",
         ),
         "destinations": Param(
             names,
@@ -50,15 +55,14 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
             ),
         ),
         "mode": Param(
-            MODES[0],
             type="string",
             enum=list(MODES),
             title="Mode",
             description=(
-                "rebaseline: copy each table again from one snapshot and hand it off to the stream; "
-                "the other tables keep streaming. backfill: re-send the rows matching backfill_filter "
-                "(all rows when empty) into the lake destinations without dropping the rest; the table "
-                "keeps streaming and the next cdc run applies them."
+                "Required, no default. rebaseline: copy each table again from one snapshot and hand "
+                "it off to the stream; the other tables keep streaming. backfill: re-send the rows "
+                "matching backfill_filter (all rows when empty) into the lake destinations without "
+                "dropping the rest; the table keeps streaming and the next cdc run applies them."
             ),
         ),
         "backfill_filter": Param(
@@ -89,7 +93,13 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     per table (``table`` and the chosen ``destinations``), and ``backfill``,
     ``PgBackfillOperator`` arguments per table (config order); one of them is empty.
     ConfigError naming the param for a value that cannot be run."""
-    mode = params.get("mode", MODES[0])
+    mode = params.get("mode")
+    if mode is None:
+        raise ConfigError(
+            "param 'mode' is required: choose rebaseline (copy the chosen tables again) or backfill "
+            f"(re-send rows into the lake) in the trigger form of pipeline {config.name!r}; "
+            "nothing was copied"
+        )
     if mode not in MODES:
         raise ConfigError(f"param 'mode' must be one of {', '.join(MODES)}, not {shown(mode)}")
     condition = params.get("backfill_filter")
@@ -110,7 +120,10 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
         parse_condition(condition, config.baseline.backfill_filters, "param 'backfill_filter'")
     asked = params.get("tables")
     if asked is None:
-        asked = list(config.table_keys)
+        raise ConfigError(
+            f"param 'tables' is required: choose the tables to {mode} in the trigger form (pipeline "
+            f"{config.name!r} has {', '.join(config.table_keys)}); nothing was copied"
+        )
     if isinstance(asked, str) or not isinstance(asked, Sequence) or not asked:
         raise ConfigError(
             f"param 'tables' must be a non-empty list of the pipeline's tables "

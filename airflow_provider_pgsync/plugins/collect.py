@@ -1,5 +1,6 @@
 """Reading the status page's figures: the pipeline config, each pipeline's state, its source
-(slot lag and row estimates) and Airflow's metadata database (task end dates and capture XComs).
+(slot lag and row estimates), its changelog (bytes per table) and Airflow's metadata database
+(task end dates, capture XComs, the destination tables' asset events, the last reconciliation).
 
 Nothing here writes: the PostgreSQL state table is read without being created, and a failure
 of one part becomes a ``Problem`` naming the object and the remedy, never an exception.
@@ -9,20 +10,24 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.changelog.paths import table_folder
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.dags.assets import table_asset
 from airflow_provider_pgsync.errors import PgSyncError, SourceUnavailableError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.pipeline import PipelineConfig, load_pipelines
 from airflow_provider_pgsync.plugins.access import Access
+from airflow_provider_pgsync.plugins.history import last_events, last_reconcile, reconcile_dag_id
 from airflow_provider_pgsync.plugins.status import (
+    DestinationFacts,
     PipelineStatus,
     Problem,
     SlotStatus,
@@ -161,17 +166,38 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
     if not runs and meta is not None:
         note = f"no capture run of DAG {dag} returned a value yet"
     shown = state or PipelineState(config.name)
-    retained = _guard(
+    sizes = _guard(
         problems,
         f"changelog of pipeline {config.name} ({config.changelog_uri})",
-        lambda: Changelog(config.changelog_uri).retained_bytes(),
+        lambda: Changelog(config.changelog_uri).segment_sizes(),
         "check that the changelog's storage can be read from the API server",
+    )
+    names = [d.name for d in config.destinations]
+    keys = list(dict.fromkeys([*config.table_keys, *shown.tables]))
+    applied = _guard(
+        problems,
+        f"asset events of pipeline {config.name}",
+        lambda: applied_times(config.name, names, keys),
+        "check the Airflow metadata database (airflow db check)",
+    )
+    reconcile_id = reconcile_dag_id(config.name)
+    before = len(problems)
+    reconciled = _guard(
+        problems,
+        f"the last reconciliation of pipeline {config.name} (DAG {reconcile_id})",
+        lambda: last_reconcile(reconcile_id),
+        "check the Airflow metadata database (airflow db check)",
+    )
+    known = DestinationFacts(
+        applied_at=applied or {},
+        reconciled={} if reconciled is None else reconciled.results,
+        retained=None if sizes is None else bytes_by_table(sizes, keys),
     )
     return PipelineStatus(
         name=config.name,
         slot_name=config.slot_name,
         state_backend=config.state.backend,
-        tables=table_rows(config.table_keys, state, estimates, [d.name for d in config.destinations]),
+        tables=table_rows(config.table_keys, state, estimates, names, known),
         state_version=shown.version,
         last_end_lsn=shown.last_end_lsn,
         watermarks=watermarks(shown),
@@ -183,9 +209,30 @@ def collect_pipeline(config: PipelineConfig, *, now: datetime) -> PipelineStatus
         history_note=note,
         problems=tuple(problems),
         changelog_segments=len(shown.segments),
-        changelog_bytes=retained,
+        changelog_bytes=None if sizes is None else sum(sizes.values()),
         state_known=state is not None,
+        reconcile=reconciled,
+        reconcile_known=len(problems) == before,
     )
+
+
+def applied_times(
+    pipeline: str, destinations: Sequence[str], tables: Sequence[str]
+) -> dict[tuple[str, str], datetime]:
+    """When changes were last applied to each ``(table, destination)``: its asset's latest event."""
+    assets = {table_asset(pipeline, d, t).uri: (t, d) for d in destinations for t in tables}
+    return {assets[uri]: at for uri, at in last_events(assets).items()}
+
+
+def bytes_by_table(sizes: Mapping[str, int], tables: Sequence[str]) -> dict[str, int]:
+    """The bytes of each table's segment files (``sizes`` by path, the table's folder first)."""
+    folders = {table_folder(TableRef.parse(t)): t for t in tables}
+    found = dict.fromkeys(tables, 0)
+    for path, size in sizes.items():
+        table = folders.get(path.split("/", 1)[0])
+        if table is not None:
+            found[table] += size
+    return found
 
 
 def read_source(

@@ -5,6 +5,9 @@ Where each figure comes from (``collect`` reads them):
 - phase, reason, remedy: the pipeline state (``PipelineState.tables``); a table's phase is
   the worst of its destinations', each of which is shown with its own phase, watermark (as
   apply last recorded it) and lag (bytes of WAL between the last captured position and it)
+- a destination table's last applied time: the latest event of its asset (apply emits one
+  when it applied changes there); its last reconciliation: the latest XCom ``result`` of the
+  pipeline's reconcile DAG (``reconciled``)
 - row count: the source's planner estimate, ``pg_class.reltuples`` (summed over the leaf
   partitions of a partitioned table); -1 there means never vacuumed or analyzed
 - last captured LSN: ``PipelineState.last_end_lsn``; last applied LSN: each destination's
@@ -14,13 +17,15 @@ Where each figure comes from (``collect`` reads them):
 - lag in bytes: ``pg_current_wal_lsn() - confirmed_flush_lsn`` of the slot; lag in seconds:
   an upper bound, the time since the last successful capture while that lag is not zero
 - changelog retained: the segments the state lists (a destination still needs them) and the
-  bytes of every segment file kept (those, and the ones kept for the retention)
+  bytes of every segment file kept (those, and the ones kept for the retention), in all and
+  per table (the files in the table's folder of the changelog)
 - lag history: the XCom return values of recent capture runs, when they carry the positions
   of the run (``start_lsn``, ``upto_lsn``); see ``lag_history``
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +33,7 @@ from typing import Any
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pgoutput.lsn import LSN
+from airflow_provider_pgsync.plugins.reconciled import Reconciled, ReconcileRun
 from airflow_provider_pgsync.state.model import Errored, PipelineState, SyncDone, TableState
 
 NOT_SET_UP = "not set up"
@@ -51,8 +57,9 @@ class Problem:
 
 @dataclass(frozen=True)
 class DestinationRow:
-    """One table in one destination: its phase, the watermark apply last recorded, and how far
-    it is behind what capture has (``lag_bytes``; None when either position is unknown)."""
+    """One table in one destination: its phase, the watermark apply last recorded, how far it
+    is behind what capture has (``lag_bytes``; None when either position is unknown), when
+    changes were last applied to it (``applied_at``) and its last reconciliation."""
 
     name: str
     phase: str
@@ -61,6 +68,8 @@ class DestinationRow:
     reason: str = ""
     solution: str = ""
     retry: str = ""
+    applied_at: datetime | None = None
+    reconciled: Reconciled | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,8 @@ class TableRow:
     destinations: tuple[DestinationRow, ...] = ()
     source_name: str = ""
     """The table's name in the source when it was renamed there (the pipeline keeps ``table``)."""
+    changelog_bytes: int | None = None
+    """The bytes of the table's segment files in the changelog (None: unknown)."""
 
     @property
     def errored(self) -> bool:
@@ -142,6 +153,20 @@ class PipelineStatus:
     """The bytes of every segment file the changelog keeps (None: its storage could not be read)."""
     state_known: bool = True
     """False when the state store could not be read: the state figures are unknown, not empty."""
+    reconcile: ReconcileRun | None = None
+    """The latest reconciliation (None: never reconciled; unknown when ``reconcile_known`` is False)."""
+    reconcile_known: bool = True
+
+
+@dataclass(frozen=True)
+class DestinationFacts:
+    """What the page knows of the tables in their destinations beyond the state, by
+    ``(table, destination)``: when changes were last applied, the last reconciliation; and by
+    table the changelog bytes retained (None: unknown)."""
+
+    applied_at: Mapping[tuple[str, str], datetime] = field(default_factory=dict)
+    reconciled: Mapping[tuple[str, str], Reconciled] = field(default_factory=dict)
+    retained: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +187,7 @@ def table_rows(
     state: PipelineState | None,
     estimates: Mapping[str, float | None] | None = None,
     destinations: Sequence[str] = (),
+    facts: DestinationFacts | None = None,
 ) -> tuple[TableRow, ...]:
     """The configured tables in config order, then tables the state holds that the config lost.
 
@@ -172,11 +198,20 @@ def table_rows(
     configured destinations' names (each table shows each of them, and any other the state has).
     A config may name a table renamed in the source by its new name: it is the state's table
     that records that source name, shown under the pipeline's name with the mapping.
+    ``facts``: applied times, reconciliations and changelog bytes (none known by default).
     """
+    facts = facts or DestinationFacts()
     if state is None:
         detail = "the state store could not be read (see the problems above), so the phase is unknown"
         return tuple(
-            TableRow(key, UNKNOWN, *row_estimate(key, estimates), detail=detail) for key in config_tables
+            TableRow(
+                key,
+                UNKNOWN,
+                *row_estimate(key, estimates),
+                detail=detail,
+                changelog_bytes=_retained(facts, key),
+            )
+            for key in config_tables
         )
     by_source = {str(ts.source_name): ts.key for ts in state.tables.values() if ts.source_name}
     configured = [k if k in state.tables else by_source.get(k, k) for k in config_tables]
@@ -188,14 +223,20 @@ def table_rows(
     rows = []
     for key in keys:
         found = estimated if estimates is not None else None
-        rows.append(_table_row(key, state, found, destinations, in_config=key in configured))
+        row = _table_row(key, state, found, destinations, facts, in_config=key in configured)
+        rows.append(dataclasses.replace(row, changelog_bytes=_retained(facts, key)))
     return tuple(rows)
 
 
+def _retained(facts: DestinationFacts, key: str) -> int | None:
+    return None if facts.retained is None else facts.retained.get(key, 0)
+
+
 def destination_rows(
-    ts: TableState, state: PipelineState, names: Sequence[str]
+    ts: TableState, state: PipelineState, names: Sequence[str], facts: DestinationFacts | None = None
 ) -> tuple[DestinationRow, ...]:
     """The table in each destination ``names``, then in any other the state holds."""
+    facts = facts or DestinationFacts()
     shown = list(names) + [n for n in sorted(ts.destinations) if n not in names]
     rows = []
     for name in shown:
@@ -206,7 +247,8 @@ def destination_rows(
             lag = max(0, state.last_end_lsn - mark.lsn)
         phase = held.phase
         errored = (phase.reason, phase.solution, phase.retry) if isinstance(phase, Errored) else ("", "", "")
-        rows.append(DestinationRow(name, phase.kind, held.watermark or "", lag, *errored))
+        at, reconciled = facts.applied_at.get((ts.key, name)), facts.reconciled.get((ts.key, name))
+        rows.append(DestinationRow(name, phase.kind, held.watermark or "", lag, *errored, at, reconciled))
     return tuple(rows)
 
 
@@ -215,6 +257,7 @@ def _table_row(
     state: PipelineState,
     estimates: Mapping[str, float | None] | None,
     destinations: Sequence[str],
+    facts: DestinationFacts,
     *,
     in_config: bool,
 ) -> TableRow:
@@ -225,7 +268,7 @@ def _table_row(
         setup = "run the pipeline's setup DAG"
         setup += " once the source is reachable" if estimates is None else ""
         return TableRow(key, NOT_SET_UP, count, note, detail=setup)
-    per_destination = destination_rows(ts, state, destinations)
+    per_destination = destination_rows(ts, state, destinations, facts)
     renamed = str(ts.source_name) if ts.source_name else ""
     if renamed and count is None and estimates is not None:
         note = f"not estimated: the config names {key}, now {renamed} in the source"

@@ -35,13 +35,21 @@ class PipelineDags:
 
     def run(self, kind: str, **test_kwargs: Any) -> Any:
         """Run the pipeline's DAG ``kind``; the DagRun, with ``states`` of its task instances."""
+        self.store_dags()
+        return self.dag(kind).test(**test_kwargs)
+
+    def store_dags(self) -> None:
+        """Store every DAG of the pipeline in the metadata database, as the DAG processor does."""
         from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
 
         bag = DagBag(dag_folder=os.devnull, collect_dags=False)
         for dag in self.dags.values():
             bag.bag_dag(dag)
         sync_bag_to_db(bag, "dags-folder", None)
-        return self.dag(kind).test(**test_kwargs)
+
+    def every_table(self) -> dict[str, Any]:
+        """The baseline DAG's conf that baselines every table into every destination."""
+        return {"tables": list(self.config.table_keys), "mode": "rebaseline"}
 
     def store(self) -> StateStore:
         hook = PgReplicationHook(postgres_conn_id=self.config.source_conn_id)

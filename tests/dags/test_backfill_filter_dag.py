@@ -45,7 +45,9 @@ def _ready(pipeline: PipelineDags) -> PipelineState:
 
 
 def _backfill(pipeline: PipelineDags, condition: str) -> dict[str, str]:
-    run = pipeline.run("baseline", run_conf={"mode": "backfill", "backfill_filter": condition})
+    run = pipeline.run(
+        "baseline", run_conf={"tables": ["public.items"], "mode": "backfill", "backfill_filter": condition}
+    )
     assert str(run.state) == "failed", task_states(run)
     return task_states(run)
 

@@ -62,7 +62,10 @@ def test_the_safe_grammar_is_the_default_of_the_form() -> None:
         ConfigError, match=r"^param 'backfill_filter': .*only plain columns .* after 'lo_create'"
     ):
         chosen_tables(_config(None), {"mode": "backfill", "backfill_filter": "lo_create(0) > 0"})
-    chosen = chosen_tables(_config("sql"), {"mode": "backfill", "backfill_filter": "lo_create(0) > 0"})
+    chosen = chosen_tables(
+        _config("sql"), {"tables": ["orders"], "mode": "backfill", "backfill_filter": "lo_create(0) > 0"}
+    )
     assert chosen["backfill"] == [{"table": "public.orders", "backfill_filter": "lo_create(0) > 0"}]
-    quoted = chosen_tables(_config(None), {"mode": "backfill", "backfill_filter": "note = '{{ 7 * 7 }}; --'"})
+    typed = {"tables": ["orders"], "mode": "backfill", "backfill_filter": "note = '{{ 7 * 7 }}; --'"}
+    quoted = chosen_tables(_config(None), typed)
     assert quoted["backfill"][0]["backfill_filter"] == "note = '{{ 7 * 7 }}; --'"  # a literal, as typed

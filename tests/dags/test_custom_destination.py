@@ -43,7 +43,7 @@ def test_a_pipeline_with_a_custom_destination_only_runs_its_dags_without_spark(
     }
 
     assert str(pipeline.run("setup").state) == "success"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert task_states(baseline)["baseline[0]"] == "success", task_states(baseline)
     assert task_states(baseline)["baseline[1]"] == "success", task_states(baseline)
     results = {r["table"]: r for r in baseline.get_task_instances()[0].xcom_pull(task_ids="baseline")}

@@ -118,7 +118,7 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
     assert str(pipeline.run("setup").state) == "success"
 
     with writer(database, 1):
-        baseline = pipeline.run("baseline")
+        baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
         assert str(baseline.state) == "success", task_states(baseline)
         cdc = pipeline.run("cdc")  # while the writer goes on
         assert task_states(cdc) == CDC_GREEN, task_states(cdc)
@@ -154,11 +154,15 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
 
     with writer(database, 3):
         # accounts into the lake only (the replica keeps streaming), events into both
-        one = pipeline.run("baseline", run_conf={"tables": ["public.accounts"], "destinations": ["lake"]})
+        one = pipeline.run(
+            "baseline",
+            run_conf={"tables": ["public.accounts"], "destinations": ["lake"], "mode": "rebaseline"},
+        )
         assert str(one.state) == "success", task_states(one)
         # (destinations named: dag.test() reuses the DAG object, whose params keep the last conf)
         both = pipeline.run(
-            "baseline", run_conf={"tables": ["public.events"], "destinations": ["lake", "replica"]}
+            "baseline",
+            run_conf={"tables": ["public.events"], "destinations": ["lake", "replica"], "mode": "rebaseline"},
         )
         assert str(both.state) == "success", task_states(both)
         assert str(pipeline.run("cdc").state) == "success"
@@ -186,7 +190,9 @@ def test_lake_and_replica_each_baselined_streamed_and_rebaselined_after_ddl(
         {"tables": ["public.accounts"], "destinations": ["lake"], "mode": "rebaseline"}
     ]
     assert rows(replica, "public.accounts") == rows(database, "public.accounts")
-    again = pipeline.run("baseline", run_conf={"tables": ["public.accounts"], "destinations": ["lake"]})
+    again = pipeline.run(
+        "baseline", run_conf={"tables": ["public.accounts"], "destinations": ["lake"], "mode": "rebaseline"}
+    )
     assert str(again.state) == "success", task_states(again)
     cdc = pipeline.run("cdc")
     assert task_states(cdc) == CDC_GREEN, task_states(cdc)

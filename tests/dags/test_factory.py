@@ -97,13 +97,17 @@ def test_the_baseline_and_teardown_params() -> None:
     dags = build_dags(MINIMAL)
     params = dags["pgsync_shop_baseline"].params
     tables = params.get_param("tables")
-    assert tables.value == ["public.orders", "public.customers"]
+    assert not tables.has_value, "no table is chosen by default"
     assert tables.schema["type"] == "array"
     assert tables.schema["items"]["enum"] == ["public.orders", "public.customers"]
-    assert params.get_param("mode").value == "rebaseline"
+    assert not params.get_param("mode").has_value, "no mode is chosen by default"
     assert params.get_param("mode").schema["enum"] == ["rebaseline", "backfill"]
     assert params.get_param("backfill_filter").value is None
-    params.validate()  # the defaults are valid
+    with pytest.raises(ParamValidationError, match="Invalid input for param tables"):
+        params.validate()  # the form's defaults cannot start a run
+    assert tables.resolve(["public.orders"]) == ["public.orders"]
+    assert params.get_param("mode").resolve("rebaseline") == "rebaseline"
+    params.validate()  # with a choice of each
     for wrong in (["public.nope"], []):
         with pytest.raises(ParamValidationError):
             tables.resolve(wrong)
@@ -138,14 +142,15 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
     dags = build_dags(config)
     assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_teardown"}
     assert "trigger_baseline" in _tasks(dags["pgsync_crm_setup"])
-    [chosen] = chosen_tables(config, {})["rebaseline"]
+    [chosen] = chosen_tables(config, {"tables": ["accounts"], "mode": "rebaseline"})["rebaseline"]
     assert chosen["destinations"] == [d.to_mapping() for d in config.destinations]
     backfill: Any = dags["pgsync_crm_baseline"].get_task("backfill")
     assert backfill.partial_kwargs["destinations"] == []
     with pytest.raises(ConfigError, match=r"no lake destination.*rebaseline"):
-        chosen_tables(config, {"mode": "backfill"})
+        chosen_tables(config, {"tables": ["accounts"], "mode": "backfill"})
     apply = dags["pgsync_crm_cdc"].get_task("apply")
     assert apply.outlets == [destination_alias("crm", "replica")]
+    assert apply.inlets == [table_asset("crm", "replica", "public.accounts")]  # registers it, emits nothing
 
 
 def test_table_assets_have_valid_distinct_uris() -> None:
@@ -175,7 +180,11 @@ def test_chosen_tables_keep_config_order_and_entries() -> None:
     chosen = chosen_tables(CONFIG, {"tables": ["public.customers", "orders"], "mode": "rebaseline"})
     expected = [{"table": e, "destinations": every} for e in entries]
     assert chosen == {"rebaseline": expected, "backfill": []}
-    assert chosen_tables(CONFIG, {}) == {"rebaseline": expected, "backfill": []}
+    assert chosen_tables(CONFIG, {"tables": ["orders", "customers"], "mode": "rebaseline"}) == chosen
+    with pytest.raises(ConfigError, match=r"param 'mode' is required"):
+        chosen_tables(CONFIG, {})
+    with pytest.raises(ConfigError, match=r"param 'tables' is required"):
+        chosen_tables(CONFIG, {"mode": "rebaseline"})
 
 
 def test_a_rebaseline_into_chosen_destinations_only() -> None:
@@ -189,18 +198,21 @@ def test_a_rebaseline_into_chosen_destinations_only() -> None:
             ],
         }
     )
-    [chosen] = chosen_tables(config, {"destinations": ["replica"]})["rebaseline"]
+    orders = {"tables": ["orders"], "mode": "rebaseline"}
+    [chosen] = chosen_tables(config, {**orders, "destinations": ["replica"]})["rebaseline"]
     assert chosen["destinations"] == [config.destinations[1].to_mapping()]
     with pytest.raises(ConfigError, match=r"param 'destinations': pipeline 'shop' has no destination 'lak'"):
-        chosen_tables(config, {"destinations": ["lak"]})
+        chosen_tables(config, {**orders, "destinations": ["lak"]})
     with pytest.raises(ConfigError, match=r"param 'destinations' must be a non-empty list.*lake, replica"):
-        chosen_tables(config, {"destinations": []})
+        chosen_tables(config, {**orders, "destinations": []})
 
 
 def test_a_backfill_gets_each_table_with_the_filter() -> None:
     chosen = chosen_tables(CONFIG, {"tables": ["orders"], "mode": "backfill", "backfill_filter": " id > 1 "})
     assert chosen == {"rebaseline": [], "backfill": [{"table": "public.orders", "backfill_filter": "id > 1"}]}
-    every_row = chosen_tables(CONFIG, {"mode": "backfill", "backfill_filter": None})
+    every_row = chosen_tables(
+        CONFIG, {"tables": CONFIG.table_keys, "mode": "backfill", "backfill_filter": None}
+    )
     assert [b["backfill_filter"] for b in every_row["backfill"]] == ["", ""]
 
 
@@ -209,10 +221,18 @@ def test_a_backfill_gets_each_table_with_the_filter() -> None:
     [
         ({"mode": "backfill", "backfill_filter": 7}, r"param 'backfill_filter' must be SQL text, not 7"),
         ({"mode": "merge"}, r"param 'mode' must be one of rebaseline, backfill, not 'merge'"),
-        ({"backfill_filter": "id > 1"}, r"param 'backfill_filter' is for mode 'backfill' only"),
-        ({"tables": []}, r"param 'tables' must be a non-empty list.*public\.orders"),
-        ({"tables": "orders"}, r"param 'tables' must be a non-empty list"),
-        ({"tables": ["orders", "public.nope"]}, r"param 'tables': pipeline 'shop' has no table 'public\.no"),
+        (
+            {"mode": "rebaseline", "backfill_filter": "id > 1"},
+            r"'backfill_filter' is for mode 'backfill' only",
+        ),
+        ({"mode": "rebaseline", "tables": []}, r"param 'tables' must be a non-empty list.*public\.orders"),
+        ({"mode": "rebaseline", "tables": "orders"}, r"param 'tables' must be a non-empty list"),
+        (
+            {"mode": "backfill", "tables": ["orders", "x.y"]},
+            r"param 'tables': pipeline 'shop' has no table 'x\.y",
+        ),
+        ({"tables": ["orders"]}, r"param 'mode' is required: choose rebaseline .*; nothing was copied"),
+        ({"mode": "backfill"}, r"param 'tables' is required: choose the tables to backfill"),
     ],
 )
 def test_bad_baseline_params_are_refused_naming_the_param(params: dict[str, Any], message: str) -> None:

@@ -83,7 +83,7 @@ def test_hostile_names_reach_the_lake_and_a_replica_exactly(
         destinations=[{"kind": "lake"}, {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}],
     )
     assert str(pipeline.run("setup").state) == "success"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
 
     with database.connect() as conn:

@@ -44,6 +44,7 @@ CONFIG = PipelineConfig.from_mapping(
     }
 )
 DAGS = build_dags(CONFIG)
+ORDERS = {"tables": ["orders"], "mode": "rebaseline"}
 
 
 def _refused(call: Any, param: str) -> str:
@@ -65,7 +66,9 @@ def _no_canary() -> Any:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_a_hostile_table_is_refused_naming_the_param(value: str) -> None:
-    message = _refused(lambda: chosen_tables(CONFIG, {"tables": ["orders", value]}), "tables")
+    message = _refused(
+        lambda: chosen_tables(CONFIG, {"tables": ["orders", value], "mode": "rebaseline"}), "tables"
+    )
     assert 'its tables: public.orders, "Sales"' in message
     with pytest.raises(ParamValidationError):
         DAGS["pgsync_shop_baseline"].params.get_param("tables").resolve([value])
@@ -73,7 +76,7 @@ def test_a_hostile_table_is_refused_naming_the_param(value: str) -> None:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_a_hostile_destination_is_refused_naming_the_param(value: str) -> None:
-    message = _refused(lambda: chosen_tables(CONFIG, {"destinations": [value]}), "destinations")
+    message = _refused(lambda: chosen_tables(CONFIG, {**ORDERS, "destinations": [value]}), "destinations")
     assert "its destinations: lake, replica" in message
     with pytest.raises(ParamValidationError):
         DAGS["pgsync_shop_baseline"].params.get_param("destinations").resolve([value])
@@ -94,17 +97,19 @@ def test_a_hostile_confirmation_is_refused_and_drops_nothing(value: Any) -> None
 
 @pytest.mark.parametrize("value", [[1], [None], [["orders"]], [{"table": "orders"}], "orders", {}, 7])
 def test_tables_and_destinations_of_other_types_are_refused(value: Any) -> None:
-    _refused(lambda: chosen_tables(CONFIG, {"tables": value}), "tables")
-    _refused(lambda: chosen_tables(CONFIG, {"destinations": value}), "destinations")
+    _refused(lambda: chosen_tables(CONFIG, {"tables": value, "mode": "backfill"}), "tables")
+    _refused(lambda: chosen_tables(CONFIG, {**ORDERS, "destinations": value}), "destinations")
 
 
 def test_a_table_whose_real_name_is_hostile_is_chosen_exactly() -> None:
     # its name as the form lists it, and spelled otherwise the way PostgreSQL reads names
     for spelling in (str(ODD), ' "Sales" . "Robert\'); DROP TABLE x;--" '):
-        [chosen] = chosen_tables(CONFIG, {"tables": [spelling]})["rebaseline"]
+        [chosen] = chosen_tables(CONFIG, {"tables": [spelling], "mode": "rebaseline"})["rebaseline"]
         assert TableRef.parse(chosen["table"]) == ODD
     # folded to lower case, sales is another schema
-    _refused(lambda: chosen_tables(CONFIG, {"tables": ['sales."Robert\'); DROP TABLE x;--"']}), "tables")
-    [chosen] = chosen_tables(CONFIG, {"tables": [str(ODD)], "destinations": ["replica"]})["rebaseline"]
+    wrong = {"tables": ['sales."Robert\'); DROP TABLE x;--"'], "mode": "rebaseline"}
+    _refused(lambda: chosen_tables(CONFIG, wrong), "tables")
+    odd = {"tables": [str(ODD)], "destinations": ["replica"], "mode": "rebaseline"}
+    [chosen] = chosen_tables(CONFIG, odd)["rebaseline"]
     assert chosen["destinations"] == [CONFIG.destinations[1].to_mapping()]
     assert DAGS["pgsync_shop_baseline"].params.get_param("tables").resolve([str(ODD)]) == [str(ODD)]

@@ -63,8 +63,8 @@ def test_setup_baseline_cdc_rebaseline_and_compact(
     setup = pipeline.run("setup")
     assert str(setup.state) == "success", task_states(setup)
 
-    # the baseline DAG with the trigger form's defaults: every table, one mapped task each
-    baseline = pipeline.run("baseline")
+    # the baseline DAG with every table chosen in the trigger form: one mapped task each
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert task_states(baseline) == {
         "choose_tables": "success", "baseline[0]": "success", "baseline[1]": "success",
         "choose_backfills": "success", "backfill": "skipped",
@@ -145,7 +145,9 @@ def test_a_backfill_before_any_baseline_fails_naming_the_phase(
     database.execute("CREATE TABLE items (id int PRIMARY KEY)")
     pipeline = make_pipeline_dags(["items"])
     assert str(pipeline.run("setup").state) == "success"
-    run = pipeline.run("baseline", run_conf={"mode": "backfill", "backfill_filter": "id > 10"})
+    run = pipeline.run(
+        "baseline", run_conf={"tables": ["public.items"], "mode": "backfill", "backfill_filter": "id > 10"}
+    )
     assert str(run.state) == "failed"
     assert task_states(run)["backfill[0]"] == "failed", task_states(run)
     assert pipeline.state().table("public.items").phase.kind == "Init", "the backfill changed the table"

@@ -64,7 +64,7 @@ def test_replica_crash_mid_apply_and_a_lost_or_replaced_slot_end_exact(
     )
     assert str(pipeline.run("setup").state) == "success"
     assert pipeline.state().table(TABLE).phase.kind == "Init"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
     _cdc_ok(pipeline)
     assert rows(replica, TABLE) == rows(database, TABLE)  # rows from before setup are there
@@ -120,7 +120,7 @@ def _recover(pipeline: PipelineDags, database: Database, replica: Database) -> N
     setup = pipeline.run("setup")
     assert str(setup.state) == "success", task_states(setup)
     assert pipeline.state().table(TABLE).destination("replica").phase.kind == "Init"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
     database.execute("UPDATE accounts SET note = 'after recovery' WHERE id = 1")
     _cdc_ok(pipeline)

@@ -121,7 +121,7 @@ def test_a_renamed_table_keeps_streaming_and_the_config_may_name_it_either_way(
 
     names, rename, ids = {"s": "s"}, threading.Event(), itertools.count(1000)
     with writer(database, names, rename, ids):
-        baseline = pipeline.run("baseline")
+        baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
         assert str(baseline.state) == "success", task_states(baseline)
         _cdc_ok(pipeline)
     _cdc_ok(pipeline)
@@ -164,7 +164,8 @@ def test_a_renamed_table_keeps_streaming_and_the_config_may_name_it_either_way(
     before = {d: edited.state().table("public.s").destination(d).lineage for d in ("lake", "replica")}
     with writer(database, names, rename, ids):
         again = edited.run(
-            "baseline", run_conf={"tables": ["public.s_new"], "destinations": ["lake", "replica"]}
+            "baseline",
+            run_conf={"tables": ["public.s_new"], "destinations": ["lake", "replica"], "mode": "rebaseline"},
         )
         assert str(again.state) == "success", task_states(again)
         _cdc_ok(edited)

@@ -33,7 +33,7 @@ def _streaming(
     database.execute("INSERT INTO other SELECT g, 'v' || g FROM generate_series(1, 100) g")
     pipeline = make_pipeline_dags(tables, destinations=DESTINATIONS, **values)
     assert str(pipeline.run("setup").state) == "success"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
     database.execute("UPDATE items SET note = 'streamed' WHERE id <= 20")
     cdc = pipeline.run("cdc")

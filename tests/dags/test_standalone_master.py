@@ -67,7 +67,7 @@ def test_baseline_backfill_and_compaction_on_a_standalone_master(
     assert _applications(cluster) == ([], []), "the master ran applications before the test"
 
     assert str(pipeline.run("setup").state) == "success"
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
     [result] = baseline.get_task_instances()[0].xcom_pull(task_ids="baseline")
     assert result["rows"] == 5000

@@ -89,7 +89,7 @@ def test_pipeline_over_verify_full(
 
     setup = pipeline.run("setup")
     assert str(setup.state) == "success", task_states(setup)
-    baseline = pipeline.run("baseline")
+    baseline = pipeline.run("baseline", run_conf=pipeline.every_table())
     assert str(baseline.state) == "success", task_states(baseline)
     [result] = baseline.get_task_instances()[0].xcom_pull(task_ids="baseline")
     assert result["rows"] == 300

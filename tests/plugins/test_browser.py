@@ -201,40 +201,37 @@ def _check_baseline_trigger_form(page: Any, base: str, baseline: BaselineDag) ->
         )
         expect(row(name).locator('[data-part="helper-text"]')).to_have_text(param.description)
 
-    # tables: a multi-select showing the default tables (all) as removable chips
+    # nothing is chosen: tables is an empty multi-select, mode an empty select, and Airflow's
+    # Trigger button stays disabled until both are chosen
     tables = row("tables").locator("#element_tables")
     chosen = tables.locator('input[name="element_tables"]')  # a hidden input per chip: the value sent
-    default_tables = params["tables"].value
-    assert default_tables == list(baseline.config.table_keys)
-    for key in default_tables:
-        expect(tables.get_by_text(key, exact=True)).to_be_visible()
-        expect(tables.get_by_label(f"Remove {key}", exact=True)).to_be_visible()
-    expect(chosen).to_have_count(len(default_tables))
-    assert [i.get_attribute("value") for i in chosen.all()] == default_tables
-    # mode: a select showing the default
-    mode = row("mode").locator("#element_mode")
-    modes, default_mode = params["mode"].schema["enum"], params["mode"].value
-    expect(mode).to_contain_text(default_mode)
-    expect(mode.locator('input[name="element_mode"]')).to_have_value(default_mode)
-    expect(row("backfill_filter").locator("#element_backfill_filter")).to_have_value("")
-    page.screenshot(path=str(SCREENSHOTS / "baseline-trigger-form.png"), full_page=True)
-
-    # mode: its options are the param's enum, the default selected; another one can be chosen
-    mode.get_by_role("combobox").click()
-    expect(mode.get_by_role("option")).to_have_text(modes)
-    expect(mode.get_by_role("option", selected=True)).to_have_text(default_mode)
-    (other_mode,) = (m for m in modes if m != default_mode)
-    mode.get_by_role("option", name=other_mode, exact=True).click()
-    expect(mode.get_by_role("option")).to_have_count(0)  # the menu closed
-    expect(mode.locator('input[name="element_mode"]')).to_have_value(other_mode)
-
-    # tables: with every chip removed, the menu offers all the config's tables, in config order
-    for key in default_tables:
-        tables.get_by_label(f"Remove {key}", exact=True).click()
+    assert not params["tables"].has_value and not params["mode"].has_value
     expect(tables.get_by_label(re.compile(r"^Remove "))).to_have_count(0)
     expect(chosen).to_have_value("")  # react-select keeps one empty hidden input
+    mode = row("mode").locator("#element_mode")
+    modes = params["mode"].schema["enum"]
+    expect(mode.locator('input[name="element_mode"]')).to_have_value("")
+    expect(row("backfill_filter").locator("#element_backfill_filter")).to_have_value("")
+    trigger = dialog.get_by_role("button", name="Trigger")
+    expect(trigger).to_be_disabled()
+    page.screenshot(path=str(SCREENSHOTS / "baseline-trigger-form.png"), full_page=True)
+
+    # mode: its options are the param's enum, none selected; one can be chosen
+    mode.get_by_role("combobox").click()
+    expect(mode.get_by_role("option")).to_have_text(modes)
+    expect(mode.get_by_role("option", selected=True)).to_have_count(0)
+    mode.get_by_role("option", name="backfill", exact=True).click()
+    expect(mode.get_by_role("option")).to_have_count(0)  # the menu closed
+    expect(mode.locator('input[name="element_mode"]')).to_have_value("backfill")
+    expect(trigger).to_be_disabled()  # no table yet
+
+    # tables: the menu offers all the config's tables, in config order; one can be chosen
     tables.get_by_role("combobox").click()
     expect(tables.get_by_role("option")).to_have_text(list(baseline.config.table_keys))
+    first = baseline.config.table_keys[0]
+    tables.get_by_role("option", name=first, exact=True).click()
+    expect(tables.get_by_label(f"Remove {first}", exact=True)).to_be_visible()
+    expect(trigger).to_be_enabled()
 
 
 def _chromium() -> str:
