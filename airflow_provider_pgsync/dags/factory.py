@@ -188,7 +188,7 @@ def baseline_dag(config: PipelineConfig) -> DAG:
         "Param `mode` (required: nothing is chosen by default): `rebaseline` (also the first "
         "baseline after setup) copies whole tables again; "
         "`backfill` re-reads only the rows matching `backfill_filter` (one condition; empty: every "
-        "row) of tables that are Ready and stages them: the next cdc run writes them over the lake's "
+        "row) of tables that are Ready and stages them: the next cdc run writes them over the destinations' "
         "rows (keys changed since keep their newer rows; nothing is deleted) while the tables keep "
         f"streaming. {dag_params.filter_help(config.baseline.backfill_filters)}"
     )

@@ -61,8 +61,8 @@ def baseline_params(config: PipelineConfig) -> dict[str, Param]:
             description=(
                 "Required, no default. rebaseline: copy each table again from one snapshot and hand "
                 "it off to the stream; the other tables keep streaming. backfill: re-send the rows "
-                "matching backfill_filter (all rows when empty) into the lake destinations without "
-                "dropping the rest; the table keeps streaming and the next cdc run applies them."
+                "matching backfill_filter (all rows when empty) into the lake and PostgreSQL destinations "
+                "without dropping the rest; the table keeps streaming and the next cdc run applies them."
             ),
         ),
         "backfill_filter": Param(
@@ -97,7 +97,7 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     if mode is None:
         raise ConfigError(
             "param 'mode' is required: choose rebaseline (copy the chosen tables again) or backfill "
-            f"(re-send rows into the lake) in the trigger form of pipeline {config.name!r}; "
+            f"(re-send rows into the destinations) in the trigger form of pipeline {config.name!r}; "
             "nothing was copied"
         )
     if mode not in MODES:
@@ -106,10 +106,11 @@ def chosen_tables(config: PipelineConfig, params: Mapping[str, Any]) -> dict[str
     if condition is not None and not isinstance(condition, str):
         raise ConfigError(f"param 'backfill_filter' must be SQL text, not {condition!r}")
     condition = (condition or "").strip()
-    if mode == "backfill" and not config.lake_destinations:
+    if mode == "backfill" and not config.backfill_destinations():
         raise ConfigError(
-            f"param 'mode': pipeline {config.name!r} has no lake destination, and a backfill writes lake "
-            "destinations only; choose mode 'rebaseline' to copy the tables into its destinations again"
+            f"param 'mode': pipeline {config.name!r} has no lake or PostgreSQL destination, and a filter "
+            "backfill writes only those; choose mode 'rebaseline' to copy the tables into its "
+            "destinations again"
         )
     if mode == "rebaseline" and condition:
         raise ConfigError(

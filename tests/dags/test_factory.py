@@ -145,9 +145,9 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
     [chosen] = chosen_tables(config, {"tables": ["accounts"], "mode": "rebaseline"})["rebaseline"]
     assert chosen["destinations"] == [d.to_mapping() for d in config.destinations]
     backfill: Any = dags["pgsync_crm_baseline"].get_task("backfill")
-    assert backfill.partial_kwargs["destinations"] == []
-    with pytest.raises(ConfigError, match=r"no lake destination.*rebaseline"):
-        chosen_tables(config, {"tables": ["accounts"], "mode": "backfill"})
+    assert backfill.partial_kwargs["destinations"] == [d.to_mapping() for d in config.destinations]
+    [backfilled] = chosen_tables(config, {"tables": ["accounts"], "mode": "backfill"})["backfill"]
+    assert backfilled["table"] == "public.accounts"
     apply = dags["pgsync_crm_cdc"].get_task("apply")
     assert apply.outlets == [destination_alias("crm", "replica")]
     assert apply.inlets == [table_asset("crm", "replica", "public.accounts")]  # registers it, emits nothing
