@@ -1,0 +1,141 @@
+"""Reconciliation tests: the capture fixtures, a writer thread and a cdc loop thread."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import sql
+
+from airflow_provider_pgsync.apply.run import apply_table
+from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.state.store import update_state
+from tests.capture.conftest import (
+    Pipeline,
+    make_pipeline,  # noqa: F401 (the fixture, shared)
+)
+from tests.conftest import Database
+
+
+def apply_into(pipeline: Pipeline, replica: Database) -> None:
+    """One apply run of every table into the replica (destination ``replica``), as apply does
+    it: under the pipeline's apply lock, phases recorded."""
+    with pipeline.hook.apply_lock(pipeline.name, "test apply"):
+        state = pipeline.state()
+        destination = PostgresDestination(replica.conninfo, name="replica")
+        try:
+            changelog = Changelog(pipeline.settings.changelog_uri)
+            results = {
+                k: apply_table(changelog, state, ts, destination) for k, ts in state.tables.items()
+            }
+        finally:
+            destination.close()
+        update_state(
+            pipeline.store,
+            pipeline.name,
+            lambda s: _with_phases(s, {k: r.phase for k, r in results.items()}),
+        )
+
+
+def _with_phases(state: Any, phases: dict[str, Any]) -> Any:
+    for key, phase in phases.items():
+        if phase != state.tables[key].phase:
+            state = state.with_table_phase(key, phase)
+    return state
+
+
+@contextmanager
+def writer(
+    database: Database, table: str, *, first: int, last: int, new_from: int
+) -> Iterator[list[int]]:
+    """A thread committing inserts (keys from ``new_from``), updates and deletes of keys
+    ``first..last`` of ``table`` (columns id, v) until the block ends; yields the transactions
+    it committed, and fails the block if it raised."""
+    stop, done, errors = threading.Event(), [], []
+    rng = random.Random(11)
+    ident = sql.Identifier(table)
+
+    def run() -> None:
+        next_id = new_from
+        with database.connect() as conn:
+            while not stop.is_set():
+                try:
+                    with conn.transaction():
+                        next_id += 1
+                        conn.execute(
+                            sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 'new')").format(ident),
+                            (next_id,),
+                        )
+                        key = rng.randint(first, last)
+                        conn.execute(
+                            sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident), (key,)
+                        )
+                        if rng.random() < 0.3:
+                            conn.execute(
+                                sql.SQL("DELETE FROM {} WHERE id = %s").format(ident),
+                                (rng.randint(first, last),),
+                            )
+                    done.append(next_id)
+                    stop.wait(0.02)  # about the pace of a busy application, not a flood
+                except Exception as exc:  # reported by the block
+                    errors.append(exc)
+                    return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors, errors
+
+
+@dataclass
+class Loop:
+    """A thread calling ``step`` until stopped (capture and apply, as the cdc DAG would)."""
+
+    step: Callable[[], Any]
+    runs: int = 0
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@contextmanager
+def looping(step: Callable[[], Any]) -> Iterator[Loop]:
+    loop = Loop(step)
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                step()
+                loop.runs += 1
+            except BaseException as exc:
+                loop.errors.append(exc)
+                return
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert not loop.errors, loop.errors
+
+
+class RecordingTI:
+    """The part of a task instance the operator uses: ``xcom_push``."""
+
+    def __init__(self) -> None:
+        self.xcom: dict[str, Any] = {}
+        self.dag_id, self.task_id = "test", "reconcile"
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcom[key] = value

@@ -1,0 +1,120 @@
+"""PgReconcileOperator against a PostgreSQL replica while a writer keeps writing to the source
+and capture and apply keep running: an equal table reports equal; a row deleted, one changed
+and one added by hand in the replica are found; a table without a key compares as a multiset."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_pgsync.errors import ReconcileError
+from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
+from tests.apply.test_apply_postgres import _empty_baseline, apply_all, rows
+from tests.capture.conftest import MakePipeline, Pipeline, wait_for
+from tests.conftest import Database
+from tests.reconcile.conftest import RecordingTI, apply_into, looping, writer
+
+DDL = [
+    "CREATE TABLE items (id bigint PRIMARY KEY, v text, n numeric(10,2), at timestamptz, f float8, a int[])",
+    "CREATE TABLE bag (k text, n int)",
+    "ALTER TABLE bag REPLICA IDENTITY FULL",
+]
+TABLES = ["public.items", "public.bag"]
+
+
+@pytest.fixture
+def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
+    conn_id = "pgsync_replica"
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}", replica.cluster.url(replica.name, with_password=True)
+    )
+    return conn_id
+
+
+def _ready(pipeline: Pipeline, database: Database, replica: Database) -> None:
+    """Both tables baselined empty into the replica, filled, captured and applied: Ready and equal."""
+    for table in TABLES:
+        _empty_baseline(pipeline, database, table)
+    database.execute(
+        "INSERT INTO items SELECT g, 'v' || g, g / 3.0,"
+        " '2024-01-01 00:00+00'::timestamptz + g * interval '1 s', g / 7.0, ARRAY[g, NULL] FROM generate_series(1, 3000) g"
+    )
+    database.execute(
+        "INSERT INTO bag SELECT 'k' || mod(g, 40), mod(g, 3) FROM generate_series(1, 400) g"
+    )
+    pipeline.capture_until_idle()
+    apply_all(pipeline, replica)
+    for table in TABLES:
+        assert rows(replica, table) == rows(database, table)
+
+
+def _operator(pipeline: Pipeline, replica_conn_id: str, **kwargs: object) -> PgReconcileOperator:
+    return PgReconcileOperator(
+        task_id="reconcile",
+        pipeline=pipeline.name,
+        changelog_uri=pipeline.settings.changelog_uri,
+        destinations=[{"kind": "postgres", "conn_id": replica_conn_id, "name": "replica"}],
+        postgres_conn_id=pipeline.hook.postgres_conn_id,
+        state_backend="postgres",
+        wait_timeout=120,
+        poll_seconds=0.2,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_differences_are_found_exactly_while_a_writer_runs(
+    make_pipeline: MakePipeline, database: Database, replica: Database, replica_conn_id: str
+) -> None:
+    pipeline = make_pipeline(DDL, TABLES)
+    _ready(pipeline, database, replica)
+
+    def cdc() -> None:
+        pipeline.capture()
+        apply_into(pipeline, replica)
+
+    with (
+        writer(database, "items", first=100, last=2999, new_from=10_000) as written,
+        looping(cdc) as loop,
+    ):
+        wait_for("the writer's first transactions", lambda: len(written) > 5)
+        ti = RecordingTI()
+        result = _operator(pipeline, replica_conn_id).execute({"ti": ti})  # type: ignore[arg-type]
+        assert [(t["table"], t["status"]) for t in result["tables"]] == [
+            ("public.bag", "equal"),
+            ("public.items", "equal"),
+        ]
+        assert ti.xcom["result"] == result
+        items = result["tables"][1]
+        assert (
+            items["source_rows"] > 2000 and items["missing"] == items["extra"] == items["different"] == 0
+        )
+
+        # by hand in the replica: keys the writer never touches
+        replica.execute("DELETE FROM items WHERE id = 5")
+        replica.execute("UPDATE items SET v = 'edited' WHERE id = 6")
+        replica.execute("INSERT INTO items (id, v) VALUES (900000, 'stray')")
+        replica.execute("DELETE FROM bag WHERE ctid = (SELECT min(ctid) FROM bag WHERE k = 'k7')")
+        ti = RecordingTI()
+        with pytest.raises(ReconcileError) as failed:
+            _operator(pipeline, replica_conn_id, sample_size=5).execute({"ti": ti})  # type: ignore[arg-type]
+        runs_during = loop.runs
+    assert len(written) > 10 and runs_during > 1
+    found = {t["table"]: t for t in ti.xcom["result"]["tables"]}
+    items = found["public.items"]
+    assert (items["status"], items["missing"], items["extra"], items["different"]) == (
+        "different",
+        1,
+        1,
+        1,
+    )
+    assert items["samples"] == {
+        "missing": [{"id": "5"}],
+        "extra": [{"id": "900000"}],
+        "different": [{"id": "6"}],
+    }
+    assert items["repair"] == "none"
+    bag = found["public.bag"]
+    assert (bag["status"], bag["missing"], bag["extra"], bag["different"]) == ("different", 1, 0, 0)
+    assert bag["samples"]["missing"][0]["k"] == "k7"
+    message = str(failed.value)
+    assert "public.items in replica: 1 missing, 1 extra, 1 different" in message
+    assert "repair: backfill" in message and "public.bag in replica" in message
