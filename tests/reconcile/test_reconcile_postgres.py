@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_pgsync.errors import ReconcileError
+from airflow_provider_pgsync.hooks.reconcile_pg import PgSide, open_source_snapshot
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
+from airflow_provider_pgsync.reconcile.canonical import md5_hex, row_text
+from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.test_apply_postgres import _empty_baseline, apply_all, rows
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
@@ -36,7 +39,8 @@ def _ready(pipeline: Pipeline, database: Database, replica: Database) -> None:
         _empty_baseline(pipeline, database, table)
     database.execute(
         "INSERT INTO items SELECT g, 'v' || g, g / 3.0,"
-        " '2024-01-01 00:00+00'::timestamptz + g * interval '1 s', g / 7.0, ARRAY[g, NULL] FROM generate_series(1, 3000) g"
+        " '2024-01-01 00:00+00'::timestamptz + g * interval '1 s', g / 7.0, ARRAY[g, NULL]"
+        " FROM generate_series(1, 3000) g"
     )
     database.execute(
         "INSERT INTO bag SELECT 'k' || mod(g, 40), mod(g, 3) FROM generate_series(1, 400) g"
@@ -118,3 +122,23 @@ def test_differences_are_found_exactly_while_a_writer_runs(
     message = str(failed.value)
     assert "public.items in replica: 1 missing, 1 extra, 1 different" in message
     assert "repair: backfill" in message and "public.bag in replica" in message
+
+
+def test_the_servers_key_text_is_the_one_left_out_keys_are_written_in(database: Database) -> None:
+    database.execute("CREATE TABLE odd (a text, b int, c timestamptz, PRIMARY KEY (a, b))")
+    database.execute(
+        "INSERT INTO odd VALUES ('é,1:x', 1, '2024-01-01 10:00+02'), ('', 2, NULL), ('N', 3, 'infinity')"
+    )
+    with database.connect() as conn:
+        open_source_snapshot(conn, [TableRef.parse("public.odd")])
+        side = PgSide(conn, TableRef.parse("public.odd"), ["a", "b", "c"], ["a", "b"], [], where="test")
+        found = side.rows(0, [""])
+        left = PgSide(conn, TableRef.parse("public.odd"), ["a", "b", "c"], ["a", "b"], [row_text(["", "2"])], where="t")
+        rest = left.rows(0, [""])
+    assert sorted(r.key for r in found) == sorted(
+        [row_text(["é,1:x", "1"]), row_text(["", "2"]), row_text(["N", "3"])]
+    )
+    by_key = {r.key: r.row_md5 for r in found}
+    assert by_key[row_text(["", "2"])] == md5_hex(row_text(["", "2", None]))
+    assert by_key[row_text(["é,1:x", "1"])] == md5_hex(row_text(["é,1:x", "1", "2024-01-01 08:00:00+00"]))
+    assert sorted(r.key for r in rest) == sorted([row_text(["é,1:x", "1"]), row_text(["N", "3"])])
