@@ -35,7 +35,7 @@ from airflow_provider_pgsync.destinations.lake_values import spark_arrow_type, t
 from airflow_provider_pgsync.errors import PgSyncError, ReconcileError
 from airflow_provider_pgsync.hooks.catalog import table_columns
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
-from airflow_provider_pgsync.operators.reconcile_sides import Run, error_result
+from airflow_provider_pgsync.operators.reconcile_sides import Run, columns_of, error_result
 from airflow_provider_pgsync.reconcile.canonical import arrow_texts, md5_hex, row_text
 from airflow_provider_pgsync.reconcile.compare import MemorySide, compare, levels
 from airflow_provider_pgsync.reconcile.result import KeyDict, TableResult
@@ -142,7 +142,7 @@ def _prepare(run: Run, files: LakeFiles, watermarks: LakeChanges, name: str, key
     table_ref = run.store.load(run.pipeline).table(key).table
     state, watermark = run.wait(key, name, lambda: watermarks.watermark(table_ref), lambda: None)
     table_state = state.table(key)
-    item = _Table(key, table_state.table, table_state.source_table, table_state.columns)
+    item = _Table(key, table_state.table, table_state.source_table, columns_of(run, table_state))
     meta = files.current(item.table)
     if meta is None:
         raise ReconcileError(f"lake table {item.table} has no base: run its baseline")

@@ -16,6 +16,7 @@ import psycopg
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError, ReconcileError
+from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.hooks.reconcile_pg import (
     PgSide,
     SourceSnapshot,
@@ -30,7 +31,7 @@ from airflow_provider_pgsync.reconcile.result import TableResult
 from airflow_provider_pgsync.reconcile.touched import LeftOut, left_out_keys
 from airflow_provider_pgsync.reconcile.wait import Watermark, not_caught_up, not_ready
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.model import PipelineState, TableState
+from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, TableState
 from airflow_provider_pgsync.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,14 @@ class Run:
         )
 
 
+def columns_of(run: Run, table_state: TableState) -> list[ColumnInfo]:
+    """The table's columns as the state knows them from capture, or (no change captured yet)
+    as the source's catalog describes them in the snapshot."""
+    if table_state.columns:
+        return list(table_state.columns)
+    return column_infos(run.source, table_state.source_table)
+
+
 def estimated_rows(conn: psycopg.Connection[Any], table: TableRef) -> int:
     """The planner's estimate of the table's rows (sizes the bisection's levels)."""
     row = conn.execute(
@@ -142,8 +151,9 @@ def _postgres_table(
     table_ref = run.store.load(run.pipeline).table(table).table
     state, watermark = run.wait(table, name, read, replica.rollback)
     table_state = state.table(table)
-    names = [c.name for c in table_state.columns]
-    keys = key_columns(table_state.columns) or names
+    columns = columns_of(run, table_state)
+    names = [c.name for c in columns]
+    keys = key_columns(columns) or names
     keyed = len(keys) < len(names)
     left = run.left_out(state, table_state, watermark)
     if left.truncated:

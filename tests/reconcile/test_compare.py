@@ -63,7 +63,8 @@ def test_arrow_texts_do_not_depend_on_the_readers_time_zone() -> None:
     assert arrow_texts(pa.array([decimal.Decimal("1.50")], pa.decimal128(10, 2))) == ["1.50"]
     nested = pa.array([[1, None], None], pa.list_(pa.int32()))
     assert arrow_texts(nested) == ["[1,null]", None]
-    structs = pa.array([{"a": 1, "t": instant}], pa.struct([("a", pa.int8()), ("t", pa.timestamp("us", "UTC"))]))
+    kind = pa.struct([("a", pa.int8()), ("t", pa.timestamp("us", "UTC"))])
+    structs = pa.array([{"a": 1, "t": instant}], kind)
     assert arrow_texts(structs) == ['{"a":1,"t":"2024-01-01T10:00:00"}']
 
 
