@@ -118,14 +118,7 @@ def digest_table(spark: SparkSession, lake: LakeDestination, spec: dict[str, Any
             upto=upto,
         )
     )
-    log.info(
-        "%s: base %s rows in %s, %d segment(s) up to %s",
-        table,
-        base.count(),
-        meta.base,
-        len(pending),
-        upto,
-    )
+    log.info("%s: base %s and %d lake segment(s) up to %s", table, meta.base, len(pending), upto)
     left_out = frozenset(spec["left_out"])
     key_positions = [columns.index(k) for k in keys]
 

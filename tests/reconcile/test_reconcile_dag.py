@@ -18,7 +18,8 @@ from tests.reconcile.conftest import apply_into, looping
 @pytest.fixture
 def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
     conn_id = "pgsync_replica"
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", replica.cluster.url(replica.name, with_password=True))
+    url = replica.cluster.url(replica.name, with_password=True)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
     return conn_id
 
 

@@ -4,10 +4,13 @@ and one added by hand in the replica are found; a table without a key compares a
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from airflow_provider_pgsync.errors import ReconcileError
 from airflow_provider_pgsync.hooks.reconcile_pg import PgSide, open_source_snapshot
+from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.reconcile.canonical import md5_hex, row_text
@@ -25,6 +28,8 @@ DDL = [
     "ALTER TABLE bag REPLICA IDENTITY FULL",
 ]
 TABLES = ["public.items", "public.bag"]
+REPAIR = "backfill" if "backfill_keys" in inspect.signature(PgBackfillOperator).parameters else "none"
+"""``backfill`` once the repair branch's ``PgBackfillOperator(backfill_keys=...)`` is merged."""
 
 
 @pytest.fixture
@@ -102,29 +107,37 @@ def test_differences_are_found_exactly_while_a_writer_runs(
         replica.execute("DELETE FROM bag WHERE ctid = (SELECT min(ctid) FROM bag WHERE k = 'k7')")
         ti = RecordingTI()
         with pytest.raises(ReconcileError) as failed:
-            _operator(pipeline, replica_conn_id, sample_size=5).execute({"ti": ti})  # type: ignore[arg-type]
+            _operator(pipeline, replica_conn_id, sample_size=5, repair=REPAIR).execute({"ti": ti})  # type: ignore[arg-type]
+        found = {t["table"]: t for t in ti.xcom["result"]["tables"]}
+        items = found["public.items"]
+        counts = (items["status"], items["missing"], items["extra"], items["different"])
+        assert counts == ("different", 1, 1, 1)
+        assert items["samples"] == {
+            "missing": [{"id": "5"}],
+            "extra": [{"id": "900000"}],
+            "different": [{"id": "6"}],
+        }
+        bag = found["public.bag"]
+        assert (bag["status"], bag["missing"], bag["extra"], bag["different"]) == ("different", 1, 0, 0)
+        assert bag["samples"]["missing"][0]["k"] == "k7"
+        message = str(failed.value)
+        assert "public.items in replica: 1 missing, 1 extra, 1 different" in message
+        assert "public.bag in replica" in message
+        if REPAIR == "none":
+            assert items["repair"] == bag["repair"] == "none" and "repair: backfill" in message
+        else:  # the staged backfills of exactly those keys, written by the next apply, repair it
+            assert items["repair"] == bag["repair"] == "staged", found
+            assert "a backfill of these keys is staged" in message
+            for table in TABLES:
+                wait_for(
+                    f"the repair of {table}",
+                    lambda t=table: pipeline.state().table(t).backfill is None,  # type: ignore[misc]
+                    timeout=120,
+                )
+            repaired = _operator(pipeline, replica_conn_id).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
+            assert [t["status"] for t in repaired["tables"]] == ["equal", "equal"], repaired
         runs_during = loop.runs
     assert len(written) > 10 and runs_during > 1
-    found = {t["table"]: t for t in ti.xcom["result"]["tables"]}
-    items = found["public.items"]
-    assert (items["status"], items["missing"], items["extra"], items["different"]) == (
-        "different",
-        1,
-        1,
-        1,
-    )
-    assert items["samples"] == {
-        "missing": [{"id": "5"}],
-        "extra": [{"id": "900000"}],
-        "different": [{"id": "6"}],
-    }
-    assert items["repair"] == "none"
-    bag = found["public.bag"]
-    assert (bag["status"], bag["missing"], bag["extra"], bag["different"]) == ("different", 1, 0, 0)
-    assert bag["samples"]["missing"][0]["k"] == "k7"
-    message = str(failed.value)
-    assert "public.items in replica: 1 missing, 1 extra, 1 different" in message
-    assert "repair: backfill" in message and "public.bag in replica" in message
 
 
 def test_the_servers_key_text_is_the_one_left_out_keys_are_written_in(database: Database) -> None:
@@ -137,14 +150,18 @@ def test_the_servers_key_text_is_the_one_left_out_keys_are_written_in(database: 
         side = PgSide(conn, TableRef.parse("public.odd"), ["a", "b", "c"], ["a", "b"], [], where="test")
         found = side.rows(0, [""])
         left_out = [row_text(["", "2"])]
-        left = PgSide(conn, TableRef.parse("public.odd"), ["a", "b", "c"], ["a", "b"], left_out, where="t")
+        left = PgSide(
+            conn, TableRef.parse("public.odd"), ["a", "b", "c"], ["a", "b"], left_out, where="t"
+        )
         rest = left.rows(0, [""])
     assert sorted(r.key for r in found) == sorted(
         [row_text(["é,1:x", "1"]), row_text(["", "2"]), row_text(["N", "3"])]
     )
     by_key = {r.key: r.row_md5 for r in found}
     assert by_key[row_text(["", "2"])] == md5_hex(row_text(["", "2", None]))
-    assert by_key[row_text(["é,1:x", "1"])] == md5_hex(row_text(["é,1:x", "1", "2024-01-01 08:00:00+00"]))
+    assert by_key[row_text(["é,1:x", "1"])] == md5_hex(
+        row_text(["é,1:x", "1", "2024-01-01 08:00:00+00"])
+    )
     assert sorted(r.key for r in rest) == sorted([row_text(["é,1:x", "1"]), row_text(["N", "3"])])
 
 
@@ -184,6 +201,9 @@ def test_a_table_without_a_key_stays_equal_after_its_hand_off(
         pipeline.capture()
         apply_into(pipeline, replica)
 
-    with looping(cdc), pytest.raises(ReconcileError, match=r"public\.bag in replica: 0 missing, 20 extra"):
+    with (
+        looping(cdc),
+        pytest.raises(ReconcileError, match=r"public\.bag in replica: 0 missing, 20 extra"),
+    ):
         _operator(pipeline, replica_conn_id).execute({"ti": ti})  # type: ignore[arg-type]
     assert ti.xcom["result"]["tables"][0]["extra"] == 0  # what it should be
