@@ -14,6 +14,14 @@ dropped; every other staged row is exactly the row's current state, so writing i
 destination's watermark repairs the row without moving anything else. Writing the same
 backfill again later is harmless (the touched keys only grow), so a crash between the write
 and the state update is repaired by the next apply.
+
+A key-list backfill also stages its absent keys: keys S holds no row of (nor a row the
+publication's row filter keeps). The same argument holds for them: a key no change S did not
+see has touched has, at the watermark, the state it had in S, i.e. no row, so deleting the
+destination's row of that key (a row the destination holds and the source does not) is
+exact; a key such a change touched (inserted again, say) is left to the stream, which has
+it. After a TRUNCATE since S nothing is written nor deleted: the stream holds every row the
+table has had since. Deleting again later is harmless for the same reason as writing again.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.baseline.handoff import not_visible
 from airflow_provider_pgsync.changelog.prune import may_hold_unseen
 from airflow_provider_pgsync.changelog.schema import OP, XID, key_columns, old_key_column
@@ -64,11 +73,15 @@ def touched_keys(
         keys = key_columns(columns_by_version.get(version, table_state.columns))
         if keys != names:  # the destination sends the table back to baseline at such a change
             continue
-        found.append(pa.table({n: newer.column(n) for n in names}))
-        found.append(pa.table({n: newer.column(old_key_column(n)) for n in names}))
+        # by operation, not by NULLs: a table without a key may hold a row of NULLs
+        op = newer.column(OP)
+        written = newer.filter(pc.is_in(op, pa.array(["I", "U"])))
+        found.append(pa.table({n: written.column(n) for n in names}))
+        old = newer.filter(pc.is_in(op, pa.array(["U", "D"])))
+        if is_keyed(table_state.columns):  # an UPDATE keeping its key has no old key
+            old = old.filter(pc.invert(pc.is_null(old.column(old_key_column(names[0])))))
+        found.append(pa.table({n: old.column(old_key_column(n)) for n in names}))
     if not found:
         return TouchedKeys(pa.table({n: pa.array([], pa.string()) for n in names}))
     every = pa.concat_tables(found)
-    present = pc.invert(pc.is_null(every.column(names[0]))) if names else None
-    every = every.filter(present) if present is not None else every
     return TouchedKeys(every.group_by(names).aggregate([]) if names else every)

@@ -38,6 +38,7 @@ from airflow_provider_pgsync.apply.net import (
 )
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations import lake_backfill
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
@@ -168,74 +169,22 @@ class LakeChanges(Destination):
                 f"lake table {table}: writing a segment to {folder} failed: {exc}"
             ) from exc
 
+    def stage_backfill(
+        self,
+        table: TableRef,
+        columns: Sequence[ColumnInfo],
+        backfill_id: str,
+        rows: pa.Table,
+        absent: pa.Table,
+    ) -> str:
+        """See ``lake_backfill.stage_backfill``."""
+        return lake_backfill.stage_backfill(self, table, columns, backfill_id, rows, absent)
+
     def backfill(
         self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key
     ) -> int:
-        """One lake segment at ``upto`` putting the staged rows (the backfill job's Parquet, typed
-        like the base) whose keys are not ``touched``; streamed batch by batch."""
-        if table not in self._tables:
-            self.open_table(table, columns, 0)
-        opened = self._tables[table]
-        if not opened.keyed:
-            raise DestinationError(f"lake table {table} has no key short of the whole row: no backfill")
-        if touched.truncated:
-            return 0
-        staged = ds.dataset(self.files.path(location), filesystem=self._fs, format="parquet")
-        if sorted(staged.schema.names) != sorted(opened.columns):
-            raise DestinationError(
-                f"lake table {table}: the backfill staged in {location} has columns "
-                f"{', '.join(staged.schema.names)}, the table now {', '.join(opened.columns)}: "
-                "the table's columns changed since; run the backfill again"
-            )
-        keys = opened.keys
-        newer = pa.table(
-            {k: text_to_arrow(touched.keys.column(k), opened.types[k], what=f"key {k!r}") for k in keys}
-        )
-        schema = pa.schema(
-            [
-                (KIND, pa.string()),
-                *((n, opened.types[n]) for n in opened.columns),
-                *((name, pa.int64()) for name in (LSN_COL, SEQ_COL, POS_COL)),
-            ]
-        )
-        folder = self.files.segments_dir(table, opened.meta)
-        self._fs.create_dir(folder, recursive=True)
-        staging = f"{folder}/_writing-{uuid.uuid4().hex}.parquet"
-        written = 0
-        try:
-            with pq.ParquetWriter(staging, schema, filesystem=self._fs) as out:
-                for batch in staged.to_batches(columns=opened.columns):
-                    rows = pa.Table.from_batches([batch])
-                    if newer.num_rows:
-                        rows = rows.join(newer, keys=keys, join_type="left anti")
-                    count = rows.num_rows
-                    if count == 0:
-                        continue
-                    out.write_table(
-                        pa.table(
-                            [
-                                pa.array(["P"] * count, pa.string()),
-                                *(rows.column(n).cast(opened.types[n]) for n in opened.columns),
-                                pa.array(np.full(count, upto[0], dtype=np.int64)),
-                                pa.array(np.full(count, upto[1], dtype=np.int64)),
-                                pa.array(np.arange(written, written + count, dtype=np.int64)),
-                            ],
-                            schema=schema,
-                        )
-                    )
-                    written += count
-            if written:
-                self._fs.move(staging, f"{folder}/{segment_name(upto)}")
-            else:
-                self.files.remove(staging)
-        except Exception as exc:
-            self.files.remove(staging)
-            if isinstance(exc, DestinationError):
-                raise
-            raise DestinationError(
-                f"lake table {table}: writing the backfill from {location} failed: {exc}"
-            ) from exc
-        return written
+        """See ``lake_backfill.backfill``."""
+        return lake_backfill.backfill(self, table, columns, location, touched, upto)
 
     def discard_backfill(self, location: str) -> None:
         self.files.remove(self.files.path(location))

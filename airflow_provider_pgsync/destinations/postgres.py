@@ -16,7 +16,8 @@ rows and one ``DELETE`` of as many equal rows as the old rows (``postgres_keyles
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.
-A baseline fills a staging table and swaps it in (``postgres_baseline.py``).
+A baseline fills a staging table and swaps it in (``postgres_baseline.py``); a backfill's rows
+wait in a staging table until apply merges them with the watermark (``postgres_backfill.py``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pyarrow.csv as pcsv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.apply.net import (
     BulkNet,
     KeyValues,
@@ -45,7 +47,12 @@ from airflow_provider_pgsync.apply.net import (
 )
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
-from airflow_provider_pgsync.destinations import postgres_baseline, postgres_create, postgres_keyless
+from airflow_provider_pgsync.destinations import (
+    postgres_backfill,
+    postgres_baseline,
+    postgres_create,
+    postgres_keyless,
+)
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
@@ -237,14 +244,7 @@ class PostgresDestination(Destination):
                             self._apply_step(table, columns, step)
                     else:
                         postgres_keyless.apply_keyless(self, table, columns, changes)
-                self._conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
-                        " ON CONFLICT (destination, table_key)"  # the lineage stays as it is
-                        " DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, seq = EXCLUDED.seq"
-                    ).format(self._watermarks),
-                    (self.name, str(table), upto[0], upto[1]),
-                )
+                self.write_watermark(table, upto)
         except psycopg.OperationalError as exc:
             raise _unavailable(self.name, f"applying changes to {table}", exc) from exc
         except psycopg.Error as exc:
@@ -253,6 +253,50 @@ class PostgresDestination(Destination):
                 f"commit LSN {upto[0]}: {exc.diag.message_primary or exc}. Nothing of the batch was "
                 "applied; fix the destination table (or rebaseline it) and run apply again"
             ) from exc
+
+    def write_watermark(self, table: TableRef, upto: Key) -> None:
+        """Record ``upto`` as the table's watermark (in the caller's transaction)."""
+        self._conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (destination, table_key)"  # the lineage stays as it is
+                " DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, seq = EXCLUDED.seq"
+            ).format(self._watermarks),
+            (self.name, str(table), upto[0], upto[1]),
+        )
+
+    # ---- backfill (destinations/postgres_backfill.py)
+
+    def stage_backfill(
+        self,
+        table: TableRef,
+        columns: Sequence[ColumnInfo],
+        backfill_id: str,
+        rows: pa.Table,
+        absent: pa.Table,
+    ) -> str:
+        try:
+            return postgres_backfill.stage_backfill(self, table, columns, backfill_id, rows, absent)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"staging a backfill of {table}", exc) from exc
+
+    def backfill(
+        self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key
+    ) -> int:
+        try:
+            self._refresh_types(table, columns)
+            return postgres_backfill.backfill(self, table, columns, location, touched, upto)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"applying a backfill to {table}", exc) from exc
+        except psycopg.Error as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} could not take the backfill staged in {location}: "
+                f"{exc.diag.message_primary or exc}. Nothing of it was applied; fix the destination table "
+                "(or rebaseline it) and run apply again"
+            ) from exc
+
+    def discard_backfill(self, location: str) -> None:
+        postgres_backfill.discard_backfill(self, location)
 
     def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer:
         """See ``change_replica_schema``."""

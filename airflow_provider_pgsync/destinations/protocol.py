@@ -19,10 +19,16 @@ Lifecycle of one table in one destination:
    default asks the older ``schema_changed(table, old, new)`` only about columns added (NULL
    in older rows) or dropped, and answers Rebaseline to anything else, so a destination
    written before never turns a rename into a drop and add;
-5. optionally ``backfill(table, columns, location, touched, upto)``: rows of the table re-read
-   by a backfill and staged at ``location`` (for the lake, by the backfill's Spark job), written
-   over the destination's rows except for the ``touched`` keys, with watermark ``upto``
-   (``apply/backfill.py`` says why that is exact); ``discard_backfill(location)`` once done;
+5. optionally a backfill: rows of the table re-read in an exported snapshot S and staged, then
+   ``backfill(table, columns, location, touched, upto)`` writes the staged rows over the
+   destination's rows and deletes the staged absent keys (the keys of a key-list backfill that
+   S does not hold), except for the ``touched`` keys (changed by transactions S did not see:
+   the stream has them), all with watermark ``upto`` (``apply/backfill.py`` says why that is
+   exact); ``discard_backfill(location)`` once done. A filter backfill's rows are staged by the
+   backfill's Spark job (lake, PostgreSQL); a key-list backfill's by the destination itself through
+   ``stage_backfill(table, columns, backfill_id, rows, absent)``, which keeps them until apply
+   and returns their ``location``. Destinations written before keep the defaults: they take
+   no backfill (the table is rebaselined instead);
 6. ``close()``.
 
 A destination is named (``name``); apply keeps no watermark of its own but asks the
@@ -118,12 +124,33 @@ class Destination(ABC):
         """Adapt to the table's new columns if possible, and say how apply goes on (a bare
         ``SchemaAnswer``, or one with a reason: ``SchemaAnswer.REBASELINE.because("...")``)."""
 
+    def stage_backfill(
+        self,
+        table: TableRef,
+        columns: Sequence[ColumnInfo],
+        backfill_id: str,
+        rows: pa.Table,
+        absent: pa.Table,
+    ) -> str:
+        """Keep a key-list backfill's ``rows`` (one string column per ``columns``, values as
+        PostgreSQL text, None for NULL, each key once) and ``absent`` keys (string key columns:
+        keys the snapshot holds no row of) until ``backfill`` takes them; their location (a name
+        this destination understands). Called by ``PgBackfillOperator`` while it holds the
+        snapshot open, before any state is written; a failure stages nothing. Destinations
+        that take no backfill keep this default."""
+        raise DestinationError(
+            f"destination {self.name} cannot take a backfill of {table}: its class {type(self).__name__} "
+            "has no stage_backfill (docs/writing-a-destination.md); rebaseline the table instead"
+        )
+
     def backfill(
         self, table: TableRef, columns: Sequence[ColumnInfo], location: str, touched: TouchedKeys, upto: Key
     ) -> int:
-        """Write the staged rows at ``location`` whose keys are not ``touched`` (none after a
-        TRUNCATE) over the table's rows, with watermark ``upto``, all or nothing; the number
-        of rows written. Destinations that take no backfill keep this default."""
+        """Write the staged rows at ``location`` whose keys are not ``touched`` over the table's
+        rows, and delete the table's rows of the staged absent keys that are not ``touched``
+        (nothing at all after a TRUNCATE: ``touched.truncated``), with watermark ``upto``, all or
+        nothing; the number of rows written or deleted. Destinations that take no backfill keep
+        this default."""
         raise DestinationError(f"destination {self.name} cannot take a backfill; rebaseline {table} instead")
 
     def load_baseline(

@@ -1,16 +1,18 @@
-"""PgBackfillOperator: re-send the rows of a streaming table that match a condition.
+"""PgBackfillOperator: re-send the rows of a streaming table that match a condition, or the rows
+of a list of keys.
 
-The rows are read like a baseline (one exported snapshot, the same Spark job) but staged for
-apply instead of replacing the base; apply merges them into each lake destination at the
-point of the stream where that is exact (``apply/backfill.py``). The table stays Ready and
-keeps streaming throughout; a failed backfill changes nothing.
+The rows are read like a baseline (one exported snapshot; a Spark job for a condition, a
+``COPY`` on the Airflow worker for a key list) but staged for apply instead of replacing the
+base; apply merges them into each destination at the point of the stream where that is exact
+(``apply/backfill.py``), and for a key list also deletes the keys the snapshot has no row of.
+The table stays Ready and keeps streaming throughout; a failed backfill changes nothing.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -22,10 +24,12 @@ from airflow_provider_pgsync.destinations.configs import destination_kind
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
-from airflow_provider_pgsync.hooks.catalog import relation_oid
+from airflow_provider_pgsync.hooks.catalog import column_infos, relation_oid
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.targets import tls_note
+from airflow_provider_pgsync.operators.backfill_keys import key_backfill
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
+from airflow_provider_pgsync.operators.baseline_destinations import ReplicaBackfills
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source import row_condition as rc
 from airflow_provider_pgsync.source.names import TableRef
@@ -36,7 +40,8 @@ from airflow_provider_pgsync.state.store import update_state
 
 class PgBackfillOperator(PgBaselineOperator):
     """Re-read the rows of a Ready table matching ``backfill_filter`` from one exported snapshot
-    (a Spark job, as the baseline) and stage them; the next apply writes them over the lake
+    (a Spark job, as the baseline) and stage them in each lake and PostgreSQL destination (a
+    staging table in a replica, which the job fills too); the next apply writes them over the
     destinations' rows, keeping the newer rows of keys changed since the snapshot. The rest of
     the table is left as it is: nothing is deleted.
 
@@ -48,13 +53,29 @@ class PgBackfillOperator(PgBaselineOperator):
         (``row_condition.SAFE_GRAMMAR``); ``sql``: any SQL boolean expression the source role may
         evaluate (functions, subqueries), for deployments whose trigger users may run SQL.
 
+    :param backfill_keys: instead of a filter, the keys to re-send: a list of dicts of the
+        table's key columns (its replica identity) to their values as PostgreSQL text
+        (``[{"id": "17"}, {"id": "18"}]``), at most ``MAX_BACKFILL_KEYS``. Their rows are read
+        in one exported snapshot on the Airflow worker (no Spark job) and staged in every
+        destination (lake, PostgreSQL, custom ones with ``stage_backfill``); apply then writes
+        each key's row, and deletes the rows of the keys the snapshot has none of (a row the
+        destination holds and the source does not), except keys changed since the snapshot,
+        which the stream brings. For a table whose identity is the whole row (REPLICA IDENTITY
+        FULL without a primary key) a key is a whole row (every column, None for NULL), and
+        each destination ends up holding it as many times as the snapshot does.
+
     The other arguments are ``PgBaselineOperator``'s (``rebaseline`` is not taken).
     """
 
-    template_fields = (*PgBaselineOperator.template_fields, "backfill_filter")
+    template_fields = (*PgBaselineOperator.template_fields, "backfill_filter", "backfill_keys")
 
     def __init__(
-        self, *, backfill_filter: str | None = None, filter_grammar: str = "safe", **kwargs: Any
+        self,
+        *,
+        backfill_filter: str | None = None,
+        filter_grammar: str = "safe",
+        backfill_keys: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
     ) -> None:
         if "rebaseline" in kwargs:
             raise ConfigError("PgBackfillOperator takes no 'rebaseline': a backfill leaves the base in place")
@@ -62,19 +83,21 @@ class PgBackfillOperator(PgBaselineOperator):
             raise ConfigError(
                 f"filter_grammar {filter_grammar!r} is unknown; use one of: {', '.join(rc.GRAMMARS)}"
             )
+        _check_exclusive(backfill_filter, backfill_keys)
         super().__init__(**kwargs)
         self.backfill_filter = backfill_filter
         self.filter_grammar = filter_grammar
+        self.backfill_keys = backfill_keys
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.backfill_keys is not None:
+            _check_exclusive(self.backfill_filter, self.backfill_keys)
+            return key_backfill(self, self.backfill_keys)
         key = table_key(published_table(self.table).table)  # the config's name, until followed
         text, condition = read_filter(self.backfill_filter, self.filter_grammar, key)
-        lakes = [_backfill_lake(d) for d in self.destinations]
-        if not lakes:
-            raise ConfigError(
-                f"backfill of {key}: no lake destination; a backfill writes lake destinations only "
-                "(rebaseline the table to refresh a PostgreSQL destination)"
-            )
+        lakes = [_backfill_lake(d) for d in self.destinations if destination_kind(d) != "postgres"]
+        if not self.destinations:
+            raise ConfigError(f"backfill of {key}: no destination; give the lake and PostgreSQL destinations")
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema
@@ -101,6 +124,12 @@ class PgBackfillOperator(PgBaselineOperator):
                         f"table {key} has no key short of the whole row (REPLICA IDENTITY FULL without a "
                         "primary key): a backfill cannot tell which rows it replaces; rebaseline the table"
                     )
+                # the PostgreSQL destinations: a staging table each, which the job fills too
+                self._replicas = ReplicaBackfills(
+                    self.destinations, self.log, backfill_id=backfill_id, condition=condition
+                )
+                columns = column_infos(conn, spec_table.table, spec_table.columns)
+                spec = self._replicas.prepare(conn, spec_table, columns, spec, name=name)
                 self.log.info(
                     "backfill %s %s (%s): snapshot %s at %s",
                     key,
@@ -121,12 +150,16 @@ class PgBackfillOperator(PgBaselineOperator):
                 xmin=snapshot.xmin,
                 xmax=snapshot.xmax,
                 xip=snapshot.xip,
-                staged={w["destination"]: w["location"] for w in result.written},
+                staged={
+                    **{w["destination"]: w["location"] for w in result.written if w["kind"] == "lake"},
+                    **self._replicas.staged,
+                },
                 rows=result.rows,
             )
             update_state(store, self.pipeline, lambda s: s.with_backfill(key, backfill))
         except BaseException:
             _discard(lakes, name, backfill_id)  # the table's state is untouched
+            self._replicas.discard()
             raise
         self.log.info(
             "backfill %s %s: %s rows staged; the next cdc run applies them once capture passes %s",
@@ -229,13 +262,13 @@ def _column_names(conn: psycopg.Connection[Any], table: TableRef) -> list[str]:
 
 
 def _backfill_lake(config: Mapping[str, Any]) -> LakeDestination:
-    """The lake destination ``config`` describes; ConfigError for other kinds."""
+    """The lake destination ``config`` describes; ConfigError for a custom one."""
     kind = destination_kind(config)
     if kind != "lake":
         raise ConfigError(
-            f"destination {config.get('name', kind)!r} ({kind}) cannot take a backfill: "
-            "a backfill writes lake destinations only; pass only the lake destinations to "
-            "PgBackfillOperator, and rebaseline the table to refresh the others"
+            f"destination {config.get('name', kind)!r} ({kind}) cannot take a filter backfill: "
+            "a backfill_filter writes lake and PostgreSQL destinations; re-send its keys with "
+            "backfill_keys (custom destinations with stage_backfill), or rebaseline the table there"
         )
     return _lake(config)
 
@@ -244,3 +277,12 @@ def _discard(lakes: list[LakeDestination], table: TableRef, backfill_id: str) ->
     """Remove what a failed backfill may have staged."""
     for lake in lakes:
         LakeChanges(lake).discard_backfill(lake.backfill_dir(table, backfill_id))
+
+
+def _check_exclusive(backfill_filter: object, backfill_keys: object) -> None:
+    """ConfigError when both a filter and a key list are given."""
+    if backfill_keys is not None and backfill_filter not in (None, ""):
+        raise ConfigError(
+            "PgBackfillOperator takes backfill_filter (rows by a condition) or backfill_keys (rows by "
+            "key), not both: pass one of them"
+        )

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from psycopg.conninfo import conninfo_to_dict
 
 from airflow_provider_pgsync.baseline.passfile import PassEntry
@@ -27,6 +28,7 @@ from airflow_provider_pgsync.hooks.baseline_rows import text_batches
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable
+from airflow_provider_pgsync.source.row_condition import Condition
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 
@@ -71,7 +73,7 @@ class ReplicaBaselines:
             # the staging table gets the source's types and generated columns, read in the snapshot
             destination = PostgresDestination.from_config(config, source=SourceCatalog(conn=conn))
             try:
-                staging = destination.prepare_baseline(name or table.table, columns, spec.lineage)
+                staging = self._staging(destination, name or table.table, columns, spec)
                 parts = destination.baseline_parts
             finally:
                 destination.close()
@@ -81,7 +83,11 @@ class ReplicaBaselines:
             if hook.connection.password:
                 self._passwords.append(pass_entry(conninfo, hook.connection.password))
             self.log.info(
-                "baseline %s: staging table %s in destination %s", table.table, staging, destination.name
+                "%s %s: staging table %s in destination %s",
+                self.what,
+                table.table,
+                staging,
+                destination.name,
             )
             entries.append(
                 {
@@ -97,8 +103,22 @@ class ReplicaBaselines:
         return dataclasses.replace(
             spec,
             destinations=(*spec.destinations, *entries),
-            pg_query=base_query(table, as_they_are).as_string(conn),
+            pg_query=base_query(table, as_they_are, self.condition).as_string(conn),
         )
+
+    condition: Condition | None = None
+    """The rows the job copies (None: every row; a backfill's filter)."""
+    what = "baseline"
+
+    def _staging(
+        self,
+        destination: PostgresDestination,
+        table: TableRef,
+        columns: list[ColumnInfo],
+        spec: BaselineJobSpec,
+    ) -> str:
+        """A new staging table in ``destination`` for the job to fill; its qualified name."""
+        return destination.prepare_baseline(table, columns, spec.lineage)
 
     def pass_entries(self) -> list[PassEntry]:
         """The password-file entries of the prepared destinations that have a password."""
@@ -197,3 +217,58 @@ def load_custom(
         written.append({"kind": "custom", "destination": destination.name, "rows": count})
         rows = rows if spark_ran else count
     return dataclasses.replace(result, rows=rows, written=tuple(written))
+
+
+class ReplicaBackfills(ReplicaBaselines):
+    """The PostgreSQL destinations of a filter backfill: a backfill staging table each
+    (``Destination.stage_backfill`` with no rows), which the Spark job fills with the rows
+    matching ``condition``, then left for apply (``staged``); dropped when the backfill fails."""
+
+    what = "backfill"
+
+    def __init__(
+        self,
+        configs: Sequence[Mapping[str, Any]],
+        log: logging.Logger | Any,
+        *,
+        backfill_id: str,
+        condition: Condition | None,
+    ) -> None:
+        super().__init__(configs, log)
+        self.backfill_id = backfill_id
+        self.condition = condition
+
+    def _staging(
+        self,
+        destination: PostgresDestination,
+        table: TableRef,
+        columns: list[ColumnInfo],
+        spec: BaselineJobSpec,
+    ) -> str:
+        nothing = pa.table({c.name: pa.array([], pa.string()) for c in columns})
+        keys = pa.table({c.name: pa.array([], pa.string()) for c in columns if c.is_key})
+        return destination.stage_backfill(table, columns, self.backfill_id, nothing, keys)
+
+    @property
+    def staged(self) -> dict[str, str]:
+        """Each destination's staging table, by destination name."""
+        return {r.name: r.staging for r in self._replicas}
+
+    def finish(self, table: TableRef, result: BaselineResult) -> None:
+        """Nothing to swap: apply merges the staged rows (a failed job: drop them)."""
+        if not result.ok:
+            self.discard()
+
+    def discard(self) -> None:
+        """Drop the staging tables (after a failure; never raises)."""
+        for replica in self._replicas:
+            try:
+                destination = PostgresDestination.from_config(replica.config)
+                try:
+                    destination.discard_backfill(replica.staging)
+                finally:
+                    destination.close()
+            except Exception as exc:
+                self.log.warning(
+                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
+                )

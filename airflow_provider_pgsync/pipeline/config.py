@@ -207,9 +207,12 @@ class PipelineConfig:
     def lake_destinations(self) -> tuple[LakeDestinationConfig, ...]:
         return tuple(d for d in self.destinations if isinstance(d, LakeDestinationConfig))
 
-    def backfill_destinations(self) -> list[dict[str, Any]]:
-        """The destinations a backfill writes: the lake destinations (a replica is rebaselined)."""
-        return [d.to_mapping() for d in self.lake_destinations]
+    def backfill_destinations(self, *, keys: bool = False) -> list[dict[str, Any]]:
+        """The destinations a backfill writes: a filter backfill the lake and PostgreSQL
+        destinations (a custom one is rebaselined), a key-list backfill (``keys``,
+        ``backfill_keys``) every destination (custom ones through ``stage_backfill``)."""
+        chosen = [d for d in self.destinations if keys or not isinstance(d, CustomDestinationConfig)]
+        return [d.to_mapping() for d in chosen]
 
     def operator_tables(self) -> list[str | dict[str, Any]]:
         """The tables as preflight and publication operators take them."""
@@ -274,7 +277,7 @@ class PipelineConfig:
     def baseline_kwargs(self, table: str | TableConfig, *, rebaseline: bool = False) -> dict[str, Any]:
         """Arguments of ``PgBaselineOperator`` for one table of the pipeline (its columns and
         row filter included): every destination takes the baseline. ``PgBackfillOperator``
-        takes them with ``destinations`` of the lake destinations only (``backfill_destinations``)."""
+        takes them with ``destinations`` of ``backfill_destinations``."""
         entry = table if isinstance(table, TableConfig) else self.table(table)
         return {
             "pipeline": self.name,

@@ -121,7 +121,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
             "; ".join(
                 (
                     [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
-                    if spec.stage_as
+                    if spec.stage_as and lake_written
                     else []
                 )
                 + (
@@ -211,7 +211,7 @@ def _copy(
                 writer.discard(base.location)
             raise
     if spec.stage_as:
-        return [_staged_for_apply(writer, base) for writer, base in staged], 0.0
+        return [_staged_for_apply(writer, base) for writer, base in staged] + copied, 0.0
     published = time.monotonic()
     written, swapped = [], 0.0
     for writer, base in staged:

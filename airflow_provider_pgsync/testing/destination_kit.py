@@ -11,7 +11,10 @@ Use it from your destination's tests (pytest or any runner)::
 
 A destination that takes a baseline (``Destination.load_baseline``) goes through
 ``run_baseline_lifecycle``: a baseline of given rows, changes on top, a failed baseline that
-must change nothing, and a second baseline that replaces everything.
+must change nothing, and a second baseline that replaces everything. One that takes a
+backfill (``stage_backfill`` and ``backfill``) goes through ``run_backfill_lifecycle``: staged
+rows written and absent keys deleted, except touched keys, with the watermark; nothing after a
+TRUNCATE.
 
 ``read_rows(table)`` returns the destination's rows as dicts of PostgreSQL text (None for
 NULL). Each change is one transaction: ``commit_lsn`` grows by 16 per change, ``seq`` is 1.
@@ -26,6 +29,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
+from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import (
     COMMIT_LSN,
@@ -286,3 +290,55 @@ def _load(
         raise AssertionError(f"after a baseline the watermark is {destination.watermark(table)}, not None")
     if destination.lineage(table) != lineage:
         raise AssertionError(f"after the baseline {lineage!r} the lineage is {destination.lineage(table)!r}")
+
+
+def run_backfill_lifecycle(
+    destination: Destination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    changes: Sequence[Change],
+    *,
+    read_rows: Callable[[TableRef], list[Row]],
+    staged: Sequence[Mapping[str, str | None]],
+    absent: Sequence[Mapping[str, str | None]],
+    touched: Sequence[Mapping[str, str | None]] = (),
+    batch_size: int = 4,
+    first_lsn: int = 0x1000000,
+) -> list[Row]:
+    """Open the table and apply ``changes``; then a key-list backfill: ``stage_backfill`` of the
+    rows ``staged`` (whole rows, as the source's snapshot holds them) and the keys ``absent``
+    (keys the snapshot has no row of), and ``backfill`` with the keys ``touched`` since the
+    snapshot, at the watermark's next key. The destination must then hold each staged row and
+    no row of an absent key, except for touched keys (left as they were), with that watermark;
+    ``discard_backfill`` follows. A second backfill after a TRUNCATE (``touched.truncated``)
+    must change no row. Closes the destination; returns the final rows. AssertionError on a
+    difference."""
+    model = Model(columns)
+    destination.open_table(table, columns, 0)
+    _apply_all(destination, table, columns, changes, model, batch_size, first_lsn)
+    _compare(read_rows(table), model, "after the changes")
+    keys = key_columns(columns)
+
+    def key_of(row: Mapping[str, str | None]) -> tuple[str | None, ...]:
+        return tuple(row.get(k) for k in keys)
+
+    newer = {key_of(r) for r in touched}
+    as_text = pa.table({k: pa.array([r.get(k) for r in touched], pa.string()) for k in keys})
+    rows_table = pa.table({c.name: pa.array([r.get(c.name) for r in staged], pa.string()) for c in columns})
+    absent_table = pa.table({k: pa.array([r.get(k) for r in absent], pa.string()) for k in keys})
+    for number, truncated in ((1, False), (2, True)):
+        location = destination.stage_backfill(table, columns, f"kit-{number}", rows_table, absent_table)
+        watermark = destination.watermark(table)
+        upto: Key = (watermark[0], watermark[1] + 1) if watermark is not None else (first_lsn, 1)
+        destination.backfill(table, columns, location, TouchedKeys(as_text, truncated=truncated), upto)
+        if not truncated:
+            gone = {key_of(r) for r in absent} | {key_of(r) for r in staged}
+            model.rows = [r for r in model.rows if key_of(r) not in gone or key_of(r) in newer]
+            model.rows += [{c.name: r.get(c.name) for c in columns} for r in staged if key_of(r) not in newer]
+        when = "after a backfill" + (" after a TRUNCATE (it must change no row)" if truncated else "")
+        _compare(read_rows(table), model, when)
+        if destination.watermark(table) != upto:
+            raise AssertionError(f"{when} up to {upto} the watermark is {destination.watermark(table)}")
+        destination.discard_backfill(location)
+    destination.close()
+    return model.sorted_rows()

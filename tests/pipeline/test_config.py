@@ -159,7 +159,7 @@ def test_operator_kwargs_are_accepted_by_the_real_operators(tmp_path: Path) -> N
     assert baseline.table == {"table": "public.customers", "columns": ["id", "name", "country"],
                               "row_filter": "country = 'NL'"}  # fmt: skip
     assert baseline.destinations == apply.destinations  # every destination takes the baseline
-    assert config.backfill_destinations() == [apply.destinations[0]]  # a backfill writes lakes only
+    assert config.backfill_destinations() == apply.destinations  # lakes and replicas take backfills
     assert baseline.rebaseline is True
     assert (baseline.spark_conn_id, baseline.spark_jars) == (
         "spark_default",
@@ -187,10 +187,10 @@ def test_minimal_kwargs_are_accepted_too() -> None:
     assert compact.tables == ["public.orders"]
 
 
-def test_a_pipeline_without_a_lake_has_a_baseline_but_no_compaction_or_backfill() -> None:
+def test_a_pipeline_without_a_lake_has_a_baseline_and_backfills_but_no_compaction() -> None:
     config = PipelineConfig.from_mapping({**MINIMAL, "destinations": [{"kind": "postgres", "conn_id": "r"}]})
     assert config.compact_kwargs() == {}
     assert config.baseline_kwargs("orders")["destinations"] == [
         {"kind": "postgres", "conn_id": "r", "name": "postgres", "control_schema": "pgsync", "fillfactor": 70}
     ]
-    assert config.backfill_destinations() == []
+    assert config.backfill_destinations() == config.baseline_kwargs("orders")["destinations"]
