@@ -35,7 +35,8 @@ def _upstream(dag: DAG, task_id: str) -> set[str]:
 
 def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
     dags = build_dags(MINIMAL)
-    assert set(dags) == {f"pgsync_shop_{k}" for k in ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")}
+    kinds = ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")
+    assert set(dags) == {f"pgsync_shop_{k}" for k in kinds}
     assert all(dag.dag_id == key for key, dag in dags.items())
     setup, baseline, cdc = dags["pgsync_shop_setup"], dags["pgsync_shop_baseline"], dags["pgsync_shop_cdc"]
     compact, teardown = dags["pgsync_shop_compact"], dags["pgsync_shop_teardown"]
@@ -137,7 +138,8 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
     )
     dags = build_dags(config)
     assert set(dags) == {
-        "pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_reconcile", "pgsync_crm_teardown"
+        "pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_reconcile",
+        "pgsync_crm_teardown",
     }  # fmt: skip
     assert "trigger_baseline" in _tasks(dags["pgsync_crm_setup"])
     [chosen] = chosen_tables(config, {})["rebaseline"]

@@ -11,10 +11,7 @@ from typing import Any
 
 from psycopg import sql
 
-from airflow_provider_pgsync.apply.run import apply_table
-from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.state.store import update_state
+from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from tests.capture.conftest import (
     Pipeline,
     make_pipeline,  # noqa: F401 (the fixture, shared)
@@ -22,31 +19,17 @@ from tests.capture.conftest import (
 from tests.conftest import Database
 
 
-def apply_into(pipeline: Pipeline, replica: Database) -> None:
-    """One apply run of every table into the replica (destination ``replica``), as apply does
-    it: under the pipeline's apply lock, phases recorded."""
-    with pipeline.hook.apply_lock(pipeline.name, "test apply"):
-        state = pipeline.state()
-        destination = PostgresDestination(replica.conninfo, name="replica")
-        try:
-            changelog = Changelog(pipeline.settings.changelog_uri)
-            results = {
-                k: apply_table(changelog, state, ts, destination) for k, ts in state.tables.items()
-            }
-        finally:
-            destination.close()
-        update_state(
-            pipeline.store,
-            pipeline.name,
-            lambda s: _with_phases(s, {k: r.phase for k, r in results.items()}),
-        )
-
-
-def _with_phases(state: Any, phases: dict[str, Any]) -> Any:
-    for key, phase in phases.items():
-        if phase != state.tables[key].phase:
-            state = state.with_table_phase(key, phase)
-    return state
+def apply_into(pipeline: Pipeline, replica: Database, conn_id: str = "pgsync_replica") -> None:
+    """One run of ``PgApplyOperator`` into the replica (destination ``replica``, reached as
+    Airflow connection ``conn_id``): phases, watermarks and backfills recorded as in the cdc DAG."""
+    PgApplyOperator(
+        task_id="apply",
+        pipeline=pipeline.name,
+        changelog_uri=pipeline.settings.changelog_uri,
+        destinations=[{"kind": "postgres", "conn_id": conn_id, "name": "replica"}],
+        postgres_conn_id=pipeline.hook.postgres_conn_id,
+        state_backend="postgres",
+    ).execute({})  # type: ignore[arg-type]
 
 
 @contextmanager

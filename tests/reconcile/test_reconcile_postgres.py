@@ -4,6 +4,7 @@ and one added by hand in the replica are found; a table without a key compares a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import pytest
@@ -167,6 +168,7 @@ def test_the_servers_key_text_is_the_one_left_out_keys_are_written_in(database: 
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="apply bug found by reconciliation: after a hand-off that applied nothing (every captured "
     "change was in the base) the destination's watermark stays None, so the next apply of the Ready "
     "table re-applies every captured change; a table without a key gets its rows twice",
@@ -201,9 +203,7 @@ def test_a_table_without_a_key_stays_equal_after_its_hand_off(
         pipeline.capture()
         apply_into(pipeline, replica)
 
-    with (
-        looping(cdc),
-        pytest.raises(ReconcileError, match=r"public\.bag in replica: 0 missing, 20 extra"),
-    ):
+    with looping(cdc), contextlib.suppress(ReconcileError):
         _operator(pipeline, replica_conn_id).execute({"ti": ti})  # type: ignore[arg-type]
-    assert ti.xcom["result"]["tables"][0]["extra"] == 0  # what it should be
+    [bag] = ti.xcom["result"]["tables"]
+    assert (bag["status"], bag["extra"]) == ("equal", 0), bag  # today: different, 20 extra
