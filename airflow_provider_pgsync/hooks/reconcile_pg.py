@@ -141,15 +141,11 @@ class PgSide:
         key_columns = [(n, typed[n]) for n in keys]
         self._conn = conn
         self._left_out = list(left_out)
+        # NOT IN over a subquery: a hashed lookup per row, however many keys are left out
         self._digests = sql.SQL(
             "SELECT kt, md5(kt) AS kh, md5(rt) AS rh FROM (SELECT {kt} AS kt, {rt} AS rt FROM {table}) r"
-            " WHERE kt <> ALL(%(left_out)s::text[])"
+            " WHERE kt NOT IN (SELECT unnest(%(left_out)s::text[]))"
         ).format(kt=_row(key_columns), rt=_row(columns), table=table.identifier)
-        if self._left_out:  # a hashed NOT IN over many keys rather than a scan of the array per row
-            self._digests = sql.SQL(
-                "SELECT kt, md5(kt) AS kh, md5(rt) AS rh FROM (SELECT {kt} AS kt, {rt} AS rt FROM {table}) r"
-                " WHERE kt NOT IN (SELECT unnest(%(left_out)s::text[]))"
-            ).format(kt=_row(key_columns), rt=_row(columns), table=table.identifier)
 
     def aggregates(self, length: int, within: Sequence[str] | None) -> dict[str, Aggregate]:
         query = sql.SQL(
