@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from psycopg import sql
 
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
@@ -30,6 +32,19 @@ def apply_into(pipeline: Pipeline, replica: Database, conn_id: str = "pgsync_rep
         postgres_conn_id=pipeline.hook.postgres_conn_id,
         state_backend="postgres",
     ).execute({})  # type: ignore[arg-type]
+
+
+def wait_for_repair(pipeline: Pipeline, table: str, timeout: float = 180) -> None:
+    """Poll until apply has written the staged backfill of ``table``; fail showing its state."""
+    deadline = time.monotonic() + timeout
+    while pipeline.state().table(table).backfill is not None:
+        if time.monotonic() > deadline:
+            state = pipeline.state()
+            pytest.fail(
+                f"the repair of {table} was not applied within {timeout:.0f} s: "
+                f"{state.table(table)!r}; capture at {state.last_end_lsn}"
+            )
+        time.sleep(0.1)
 
 
 @contextmanager

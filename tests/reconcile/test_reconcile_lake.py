@@ -23,7 +23,7 @@ from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.lake import apply_lake, baseline
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
-from tests.reconcile.conftest import RecordingTI, looping, writer
+from tests.reconcile.conftest import RecordingTI, looping, wait_for_repair, writer
 
 DDL = [
     "CREATE TABLE items (id bigint PRIMARY KEY, v text, n numeric(10,2), at timestamptz, f float8,"
@@ -143,11 +143,7 @@ def test_differences_in_the_lake_are_found_while_a_writer_runs(
         if REPAIR == "backfill":  # the staged backfills of exactly those keys, written by the next apply
             assert items["repair"] == bag["repair"] == "staged", found
             for table in TABLES[:2]:
-                wait_for(
-                    f"the repair of {table}",
-                    lambda t=table: pipeline.state().table(t).backfill is None,  # type: ignore[misc]
-                    timeout=180,
-                )
+                wait_for_repair(pipeline, table)
             repaired = _operator(pipeline, lake).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
             assert [t["status"] for t in repaired["tables"]] == ["equal", "equal", "equal"], repaired
         runs_during = loop.runs

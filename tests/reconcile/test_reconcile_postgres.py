@@ -21,7 +21,7 @@ from airflow_provider_pgsync.state.store import update_state
 from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, rows
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
-from tests.reconcile.conftest import RecordingTI, apply_into, looping, writer
+from tests.reconcile.conftest import RecordingTI, apply_into, looping, wait_for_repair, writer
 
 DDL = [
     "CREATE TABLE items (id bigint PRIMARY KEY, v text, n numeric(10,2), at timestamptz, f float8, a int[])",
@@ -130,11 +130,7 @@ def test_differences_are_found_exactly_while_a_writer_runs(
             assert items["repair"] == bag["repair"] == "staged", found
             assert "a backfill of these keys is staged" in message
             for table in TABLES:
-                wait_for(
-                    f"the repair of {table}",
-                    lambda t=table: pipeline.state().table(t).backfill is None,  # type: ignore[misc]
-                    timeout=120,
-                )
+                wait_for_repair(pipeline, table)
             repaired = _operator(pipeline, replica_conn_id).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
             assert [t["status"] for t in repaired["tables"]] == ["equal", "equal"], repaired
         runs_during = loop.runs
