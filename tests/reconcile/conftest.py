@@ -125,6 +125,8 @@ def looping(step: Callable[[], Any]) -> Iterator[Loop]:
     finally:
         stop.set()
         thread.join(timeout=120)
+        for error in loop.errors:  # shown also when the block failed first (e.g. waiting for it)
+            print(f"the loop stopped after {loop.runs} run(s): {type(error).__name__}: {error}")
     assert not loop.errors, loop.errors
 
 
