@@ -211,3 +211,7 @@ class TableErroredError(StateError):
             f"table {table} of pipeline {pipeline!r} is Errored (it left {previous or 'an unknown phase'}): "
             f"{reason}; remedy: {solution.rstrip('. ')}, then rebaseline the table (Errored -> Init)"
         )
+
+
+class ReconcileError(PgSyncError):
+    """A reconciliation found differences, or could not compare a table with a destination."""

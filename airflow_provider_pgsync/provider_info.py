@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_pgsync.operators.backfill",
                     "airflow_provider_pgsync.operators.apply",
                     "airflow_provider_pgsync.operators.compact",
+                    "airflow_provider_pgsync.operators.reconcile",
                 ],
             }
         ],

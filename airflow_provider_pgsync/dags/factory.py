@@ -1,4 +1,4 @@
-"""The DAG factory: the five DAGs of each pipeline, built from its config.
+"""The DAG factory: the DAGs of each pipeline, built from its config.
 
 Per pipeline ``<name>``:
 
@@ -17,6 +17,8 @@ Per pipeline ``<name>``:
   apply are retried (``schedules.retries``) when they fail, e.g. when their process was killed;
 - ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
   ``PgCompactOperator`` per lake destination;
+- ``pgsync_<name>_reconcile`` (the config's ``reconcile.schedule``, manual by default):
+  ``PgReconcileOperator`` over every table and destination;
 - ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state.
 
 Building a DAG touches no connection: the tasks connect when they run.
@@ -48,6 +50,7 @@ from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
+from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.operators.replication import (
     PgCreatePublicationOperator,
     PgCreateSlotOperator,
@@ -88,12 +91,19 @@ def pipeline_dags(config: PipelineConfig) -> list[DAG]:
     """The DAGs of one pipeline: setup, baseline, cdc, compact, teardown; without a lake
     destination no compact DAG (compaction folds lake segments)."""
     if not config.lake_destinations:
-        return [setup_dag(config), baseline_dag(config), cdc_dag(config), teardown_dag(config)]
+        return [
+            setup_dag(config),
+            baseline_dag(config),
+            cdc_dag(config),
+            reconcile_dag(config),
+            teardown_dag(config),
+        ]
     return [
         setup_dag(config),
         baseline_dag(config),
         cdc_dag(config),
         compact_dag(config),
+        reconcile_dag(config),
         teardown_dag(config),
     ]
 
@@ -341,6 +351,27 @@ def compact_dag(config: PipelineConfig) -> DAG:
     with _dag(config, "compact", doc, schedule=config.schedules.compact, max_active_runs=1) as dag:
         for name, kwargs in config.compact_kwargs().items():
             PgCompactOperator(task_id=f"compact_{name}", **kwargs)
+    return dag
+
+
+def reconcile_dag(config: PipelineConfig) -> DAG:
+    """Compare every table with every destination (``PgReconcileOperator``), on the config's
+    ``reconcile.schedule`` (None: triggered by hand)."""
+    when = config.reconcile
+    doc = (
+        f"### pgsync pipeline `{config.name}`: reconciliation\n\n"
+        f"{f'Schedule `{when.schedule}`.' if when.schedule else 'Triggered by hand.'} Compares "
+        f"{_tables_md(config)} in the source with {_destinations_md(config)} while writes go on, and "
+        "fails naming the tables and destinations that differ (XCom `result`: counts and sample keys). "
+        + (
+            "`repair: backfill`: stages a backfill of exactly the differing keys, which the next cdc "
+            "run writes."
+            if when.repair == "backfill"
+            else "`repair: none`: reports only."
+        )
+    )
+    with _dag(config, "reconcile", doc, schedule=when.schedule, max_active_runs=1) as dag:
+        PgReconcileOperator(task_id="reconcile", **config.reconcile_kwargs())
     return dag
 
 

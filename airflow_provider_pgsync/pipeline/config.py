@@ -24,6 +24,7 @@ from airflow_provider_pgsync.pipeline.parts import (
     BaselineConfig,
     BatchLimits,
     ChangelogConfig,
+    ReconcileConfig,
     Schedules,
     SparkConfig,
     StateConfig,
@@ -90,6 +91,7 @@ class PipelineConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     schedules: Schedules = field(default_factory=Schedules)
     limits: BatchLimits = field(default_factory=BatchLimits)
+    reconcile: ReconcileConfig = field(default_factory=ReconcileConfig)
     on_schema_change: str = ON_SCHEMA_CHANGE[0]
 
     def __post_init__(self) -> None:
@@ -302,6 +304,20 @@ class PipelineConfig:
                 **self._spark_kwargs(),
             }
             for lake in self.lake_destinations
+        }
+
+    def reconcile_kwargs(self) -> dict[str, Any]:
+        """Arguments of ``PgReconcileOperator`` (every table, every destination)."""
+        return {
+            "pipeline": self.name,
+            "changelog_uri": self.changelog_uri,
+            "destinations": [d.to_mapping() for d in self.destinations],
+            "tables": list(self.table_keys),
+            **self._source_and_state(),
+            "repair": self.reconcile.repair,
+            "sample_size": self.reconcile.sample_size,
+            "wait_timeout": self.reconcile.wait_timeout,
+            **self._spark_kwargs(),
         }
 
     def _spark_kwargs(self) -> dict[str, Any]:

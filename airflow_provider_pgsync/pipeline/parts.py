@@ -26,7 +26,7 @@ from airflow_provider_pgsync.pipeline.problems import (
     location_problem,
     set_field,
 )
-from airflow_provider_pgsync.pipeline.schedules import Schedules
+from airflow_provider_pgsync.pipeline.schedules import Schedules, schedule_problem
 from airflow_provider_pgsync.source.names import TableRef, check_identifier, shown
 from airflow_provider_pgsync.source.row_condition import GRAMMARS, check_expression
 
@@ -323,6 +323,38 @@ class BatchLimits:
         }
 
 
+RECONCILE_REPAIRS = ("none", "backfill")
+
+
+@dataclass(frozen=True)
+class ReconcileConfig:
+    """The reconcile DAG: its ``schedule`` (cron or preset; None: triggered by hand), ``repair``
+    (``none``: report; ``backfill``: also stage a backfill of exactly the differing keys), the
+    differing keys shown per kind (``sample_size``) and how long to wait for a destination to
+    pass the source snapshot (``wait_timeout``, seconds)."""
+
+    schedule: str | None = None
+    repair: str = "none"
+    sample_size: int = 10
+    wait_timeout: float = 600
+
+    def __post_init__(self) -> None:
+        checks = Checks()
+        problem = schedule_problem(self.schedule)
+        if problem:
+            checks.add("schedule", problem)
+        problem = choice(self.repair, RECONCILE_REPAIRS)
+        if problem:
+            checks.add("repair", problem)
+        _positive_int(checks, "sample_size", self.sample_size, 1000)
+        _positive(checks, "wait_timeout", self.wait_timeout)
+        checks.raise_any("reconcile config")
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "repair": self.repair, "sample_size": self.sample_size,
+                "wait_timeout": self.wait_timeout}  # fmt: skip
+
+
 SECTIONS: dict[str, type] = {
     "state": StateConfig,
     "changelog": ChangelogConfig,
@@ -330,5 +362,6 @@ SECTIONS: dict[str, type] = {
     "baseline": BaselineConfig,
     "schedules": Schedules,
     "limits": BatchLimits,
+    "reconcile": ReconcileConfig,
 }
 """The sections of a pipeline config (its keys) and the class of each."""

@@ -72,6 +72,7 @@ _SECTION_KEYS: dict[str, dict[str, ValueType]] = {
     "baseline": {"target_partition_mb": NUMBER, "copy_path": STR, "fetch_size": INT, "backfill_filters": STR},
     "schedules": {"cdc": CDC_SCHEDULE, "compact": SCHEDULE, "retries": INT, "retry_delay": STR},
     "limits": {"max_changes": INT, "batch_rows": INT, "batch_bytes": INT, "peek_statement_timeout": STR},
+    "reconcile": {"schedule": SCHEDULE, "repair": STR, "sample_size": INT, "wait_timeout": NUMBER},
 }
 _ON_CHANGES_KEYS = {"on_changes": INT, "max_wait": STR, "poll_interval": STR}
 _DURATIONS = ("retention", "peek_statement_timeout", "retry_delay", "max_wait", "poll_interval")

@@ -39,7 +39,7 @@ def test_a_pipeline_with_a_custom_destination_only_runs_its_dags_without_spark(
     }
     pipeline = make_pipeline_dags(["items", "notes"], destinations=[sqlite])
     assert set(pipeline.dags) == {
-        f"pgsync_{pipeline.config.name}_{k}" for k in ("setup", "baseline", "cdc", "teardown")
+        f"pgsync_{pipeline.config.name}_{k}" for k in ("setup", "baseline", "cdc", "reconcile", "teardown")
     }
 
     assert str(pipeline.run("setup").state) == "success"

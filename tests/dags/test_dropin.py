@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REPO
 
 DAGS = REPO / "dags"
-KINDS = ("setup", "baseline", "cdc", "compact", "teardown")
+KINDS = ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")
 
 
 def _bag() -> object:
@@ -41,7 +41,8 @@ def test_pgsync_config_names_another_file(tmp_path: Path, monkeypatch: pytest.Mo
     bag = _bag()
     assert bag.import_errors == {}  # type: ignore[attr-defined]
     expected = {f"pgsync_billing_{kind}" for kind in KINDS} | {
-        "pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_teardown",
+        "pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_reconcile",
+        "pgsync_crm_teardown",
     }  # fmt: skip
     assert set(bag.dag_ids) == expected  # type: ignore[attr-defined]
     assert getattr(bag.dags["pgsync_billing_cdc"].timetable, "expression", None) == "0 * * * *"  # type: ignore[attr-defined]

@@ -35,7 +35,8 @@ def _upstream(dag: DAG, task_id: str) -> set[str]:
 
 def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
     dags = build_dags(MINIMAL)
-    assert set(dags) == {f"pgsync_shop_{k}" for k in ("setup", "baseline", "cdc", "compact", "teardown")}
+    kinds = ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")
+    assert set(dags) == {f"pgsync_shop_{k}" for k in kinds}
     assert all(dag.dag_id == key for key, dag in dags.items())
     setup, baseline, cdc = dags["pgsync_shop_setup"], dags["pgsync_shop_baseline"], dags["pgsync_shop_cdc"]
     compact, teardown = dags["pgsync_shop_compact"], dags["pgsync_shop_teardown"]
@@ -140,7 +141,10 @@ def test_no_compact_dag_without_a_lake_destination_and_assets_per_destination() 
         schedules=Schedules(cdc="@hourly"),
     )
     dags = build_dags(config)
-    assert set(dags) == {"pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_teardown"}
+    assert set(dags) == {
+        "pgsync_crm_setup", "pgsync_crm_baseline", "pgsync_crm_cdc", "pgsync_crm_reconcile",
+        "pgsync_crm_teardown",
+    }  # fmt: skip
     assert "trigger_baseline" in _tasks(dags["pgsync_crm_setup"])
     [chosen] = chosen_tables(config, {"tables": ["accounts"], "mode": "rebaseline"})["rebaseline"]
     assert chosen["destinations"] == [d.to_mapping() for d in config.destinations]
@@ -247,3 +251,18 @@ def test_the_teardown_confirmation_must_be_the_pipeline_name() -> None:
             ConfigError, match=r"param 'confirm' must be the pipeline name 'shop'.*nothing was dropped"
         ):
             check_confirmation(CONFIG, {"confirm": wrong})
+
+
+def test_the_reconcile_dag_follows_its_config_section() -> None:
+    reconcile = build_dags(MINIMAL)["pgsync_shop_reconcile"]
+    assert type(reconcile.timetable).__name__ == "NullTimetable"  # manual by default
+    task: Any = reconcile.get_task("reconcile")
+    assert type(task).__name__ == "PgReconcileOperator"
+    assert (task.repair, task.tables) == ("none", ["public.orders", "public.customers"])
+    assert [d["kind"] for d in task.destinations] == ["lake"]
+    scheduled = build_dags({**MINIMAL, "reconcile": {"schedule": "@daily", "repair": "backfill"}})
+    dag = scheduled["pgsync_shop_reconcile"]
+    assert getattr(dag.timetable, "expression", None) == "0 0 * * *", dag.timetable  # @daily
+    assert dag.get_task("reconcile").repair == "backfill"  # type: ignore[attr-defined]
+    with pytest.raises(PipelineConfigError, match=r"reconcile\.repair"):
+        build_dags({**MINIMAL, "reconcile": {"repair": "fix"}})

@@ -228,7 +228,7 @@ def test_the_longest_pipeline_name_gives_valid_dag_ids_slot_and_publication() ->
     config = PipelineConfig.from_mapping({**MINIMAL, "name": name})
     assert config.slot_name == config.publication_name == f"pgsync_{name.lower()}"
     assert set(build_dags(config)) == {
-        f"pgsync_{name}_{k}" for k in ("setup", "baseline", "cdc", "compact", "teardown")
+        f"pgsync_{name}_{k}" for k in ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")
     }
 
 
