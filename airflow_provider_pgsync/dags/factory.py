@@ -88,7 +88,7 @@ def build_dags(pipelines: PipelineSource) -> dict[str, DAG]:
 
 
 def pipeline_dags(config: PipelineConfig) -> list[DAG]:
-    """The DAGs of one pipeline: setup, baseline, cdc, compact, teardown; without a lake
+    """The DAGs of one pipeline: setup, baseline, cdc, compact, reconcile, teardown; without a lake
     destination no compact DAG (compaction folds lake segments)."""
     if not config.lake_destinations:
         return [

@@ -11,6 +11,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.errors import ConfigError, ReconcileError
+from airflow_provider_pgsync.hooks.connections import (
+    check_connections,
+    destination_connections,
+    source_and_state,
+)
 from airflow_provider_pgsync.hooks.reconcile_pg import open_source_snapshot
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
@@ -121,6 +126,9 @@ class PgReconcileOperator(BaseOperator):
             raise ConfigError(
                 f"PgReconcileOperator repair {self.repair!r} is unknown; use one of {REPAIRS}"
             )
+        needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
+        needed += destination_connections(self.destinations)
+        check_connections("PgReconcileOperator", self.task_id, needed)
         hook = PgReplicationHook(postgres_conn_id=self.postgres_conn_id)
         store = open_state_store(
             self.state_backend, hook, state_conn_id=self.state_conn_id, schema=self.state_schema

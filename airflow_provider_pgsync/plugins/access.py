@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from airflow_provider_pgsync.pipeline import PipelineConfig
 
-DAG_KINDS = ("setup", "baseline", "cdc", "compact", "teardown")
+DAG_KINDS = ("setup", "baseline", "cdc", "compact", "reconcile", "teardown")
 """The kinds of DAG the DAG factory builds for a pipeline (``compact`` only with a lake destination)."""
 
 

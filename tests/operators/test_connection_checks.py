@@ -18,6 +18,7 @@ from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
+from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.operators.replication import (
     PgCreatePublicationOperator,
     PgCreateSlotOperator,
@@ -174,4 +175,25 @@ def test_setup_operators_name_their_missing_connection(pipeline: Pipeline, lake:
         PgDropSlotOperator(task_id="p", slot_name=pipeline.slot, **common),
     ):
         _refused(op.execute, type(op).__name__, MISSING)
+    assert _snapshot(pipeline, lake) == before
+
+
+def test_reconcile_with_an_unknown_destination_connection_reads_and_stages_nothing(
+    pipeline: Pipeline, source_conn_id: str, lake: Path
+) -> None:
+    """With ``repair="backfill"`` a reconciliation writes (a staged backfill): the replica's
+    missing connection stops it before it reads anything."""
+    before = _snapshot(pipeline, lake)
+    op = PgReconcileOperator(
+        task_id="reconcile",
+        pipeline=pipeline.name,
+        changelog_uri=pipeline.settings.changelog_uri,
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+        destinations=[{"kind": "lake"}, {"kind": "postgres", "conn_id": MISSING, "name": "replica"}],
+        repair="backfill",
+        wait_timeout=5,
+    )
+    message = _refused(op.execute, "PgReconcileOperator", MISSING)
+    assert "destination 'replica'" in message
     assert _snapshot(pipeline, lake) == before
