@@ -150,14 +150,14 @@ def backfill(
             for batch in staged.to_batches(columns=opened.columns):
                 rows = typed(pa.Table.from_batches([batch]), opened.columns)
                 if newer.num_rows:
-                    rows = rows.join(newer, keys=keys, join_type="left anti")
+                    rows = _without(rows, newer, keys)
                 if rows.num_rows:
                     out.write_table(records("P", rows))
                     written += rows.num_rows
             if fs.get_file_info(absent_path).is_file:
                 gone = typed(pq.read_table(absent_path, filesystem=fs), keys)
                 if newer.num_rows:
-                    gone = gone.join(newer, keys=keys, join_type="left anti")
+                    gone = _without(gone, newer, keys)
                 if gone.num_rows:
                     out.write_table(records("D", gone))
                     written += gone.num_rows
@@ -170,6 +170,15 @@ def backfill(
             f"lake table {table}: writing the backfill from {location} failed: {exc}"
         ) from exc
     return written
+
+
+def _without(rows: pa.Table, newer: pa.Table, keys: list[str]) -> pa.Table:
+    """``rows`` without those whose key ``newer`` holds, in their order. The join takes the keys
+    and a row number alone: Arrow's joins refuse list and struct columns beside the keys."""
+    number = "__pgsync_row"
+    left = rows.select(keys).append_column(number, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    kept = left.join(newer.select(keys), keys=keys, join_type="left anti").column(number)
+    return rows.take(pa.array(np.sort(kept.to_numpy())))
 
 
 def _multiset(

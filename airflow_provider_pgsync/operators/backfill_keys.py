@@ -81,7 +81,9 @@ def key_backfill(op: PgBackfillOperator, backfill_keys: object) -> dict[str, Any
                 staged=staged,
                 rows=rows.num_rows + absent.num_rows,
             )
-            update_state(store, op.pipeline, lambda s: s.with_backfill(key, backfill))
+            update_state(
+                store, op.pipeline, lambda s: s.with_backfill(key, backfill).with_first_columns(key, columns)
+            )
     except BaseException:
         _discard(op, configs, staged)
         raise

@@ -323,6 +323,16 @@ class PipelineState:
         ts = self.table(table).with_backfill(backfill)
         return replace(self, tables={**self.tables, ts.key: ts})
 
+    def with_first_columns(self, table: TableRef | str, columns: Iterable[ColumnInfo]) -> PipelineState:
+        """Record ``columns`` for a table that has none yet (no change of it captured, so apply
+        would know no columns: a key backfill read them from the catalog); known columns stay,
+        as only capture may start a new schema version."""
+        ts = self.table(table)
+        if ts.columns:
+            return self
+        ts = ts.with_columns(columns)
+        return replace(self, tables={**self.tables, ts.key: ts})
+
     def with_table_source(
         self, table: TableRef | str, relation_id: int | None, source_name: TableRef
     ) -> PipelineState:

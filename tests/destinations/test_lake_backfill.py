@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
+from airflow_provider_pgsync.destinations.lake_backfill import _without
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.testing.destination_kit import Change, run_backfill_lifecycle
@@ -87,3 +88,18 @@ def test_rows_of_the_base_count_too(tmp_path: Path) -> None:
     ]
     assert destination.watermark(TABLE) == (5, 1)
     assert destination.backfill(TABLE, ROWS, location, none, (5, 2)) == 0, "a second run must change nothing"
+
+
+def test_rows_of_touched_keys_are_left_out_beside_list_and_struct_columns() -> None:
+    """Arrow's joins refuse list and struct columns beside the keys: the rows are matched on
+    their keys alone and taken in their order."""
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int32()),
+            "tags": pa.array([[1], None, [2, 3], []], pa.list_(pa.int32())),
+            "pair": pa.array([{"a": 1}, {"a": 2}, None, {"a": 4}], pa.struct([("a", pa.int64())])),
+        }
+    )
+    newer = pa.table({"id": pa.array([3, 1, 9], pa.int32())})
+    kept = _without(rows, newer, ["id"])
+    assert kept.to_pydict() == {"id": [2, 4], "tags": [None, []], "pair": [{"a": 2}, {"a": 4}]}

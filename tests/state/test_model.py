@@ -209,6 +209,15 @@ def test_columns_bump_schema_version_only_when_they_change() -> None:
     assert second.schema_version == 1
 
 
+def test_first_columns_are_recorded_only_for_a_table_without_any() -> None:
+    ids = [ColumnInfo("id", 23, -1, True)]
+    state = PipelineState("p").with_table_phase("public.t", Init())
+    first = state.with_first_columns("public.t", ids)
+    assert first.table("public.t").columns == tuple(ids) and first.table("public.t").schema_version == 0
+    wider = [*ids, ColumnInfo("x", 25, -1, False)]
+    assert first.with_first_columns("public.t", wider) is first  # only capture starts a new version
+
+
 def test_capture_replaces_segments_of_the_same_path_and_never_goes_back() -> None:
     state = PipelineState("p").with_table_phase("t", Init())
     seg = SegmentInfo("a", "t", 0, LSN(10), LSN(20), 5, 6, 3)
