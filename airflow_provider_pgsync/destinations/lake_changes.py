@@ -99,6 +99,25 @@ class _Records:
         return pa.table({KIND: pa.array(self.kinds, pa.string()), **texts})
 
 
+def lake_types(table: TableRef, meta: LakeTableMeta, columns: Sequence[ColumnInfo]) -> dict[str, pa.DataType]:
+    """The Arrow type of each of ``columns`` as the lake holds it: the base's Spark type, or for
+    a column added since, the type it is added with in place."""
+    base = {f["name"]: spark_arrow_type(f["type"]) for f in meta.schema["fields"]}
+    types = {}
+    for column in columns:
+        if column.name in base:
+            types[column.name] = base[column.name]
+            continue
+        spark_type = added_column_type(column)
+        if spark_type is None:
+            raise DestinationError(
+                f"column {column.name!r} of lake table {table} is not in its base and its type "
+                f"(oid {column.type_oid}) cannot be added in place: rebaseline the table"
+            )
+        types[column.name] = spark_arrow_type(spark_type)
+    return types
+
+
 class LakeChanges(Destination):
     """The lake destination ``lake`` for apply (see the module docstring)."""
 
@@ -121,19 +140,7 @@ class LakeChanges(Destination):
             raise DestinationError(
                 f"lake table {table} has no base in {self.lake.table_dir(table)}: run its baseline first"
             )
-        base = {f["name"]: spark_arrow_type(f["type"]) for f in meta.schema["fields"]}
-        types = {}
-        for column in columns:
-            if column.name in base:
-                types[column.name] = base[column.name]
-                continue
-            spark_type = added_column_type(column)
-            if spark_type is None:
-                raise DestinationError(
-                    f"column {column.name!r} of lake table {table} is not in its base and its type "
-                    f"(oid {column.type_oid}) cannot be added in place: rebaseline the table"
-                )
-            types[column.name] = spark_arrow_type(spark_type)
+        types = lake_types(table, meta, columns)
         self._tables[table] = _Table(meta, types, key_columns(columns), [c.name for c in columns])
 
     def watermark(self, table: TableRef) -> Key | None:

@@ -28,10 +28,9 @@ from psycopg import sql
 
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations.lake import LakeDestination
-from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
+from airflow_provider_pgsync.destinations.lake_changes import LakeChanges, lake_types
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
-from airflow_provider_pgsync.destinations.lake_tables import LakeTableMeta, added_column_type
-from airflow_provider_pgsync.destinations.lake_values import spark_arrow_type, text_to_arrow
+from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
 from airflow_provider_pgsync.errors import PgSyncError, ReconcileError
 from airflow_provider_pgsync.hooks.catalog import table_columns
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -50,25 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 _SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
 FETCH_ROWS = 20_000
-
-
-def lake_types(
-    table: TableRef, meta: LakeTableMeta, columns: Sequence[ColumnInfo]
-) -> dict[str, pa.DataType]:
-    """The Arrow type of each column as the lake holds it (as apply's ``open_table`` finds it)."""
-    base = {f["name"]: spark_arrow_type(f["type"]) for f in meta.schema["fields"]}
-    types = {}
-    for column in columns:
-        if column.name in base:
-            types[column.name] = base[column.name]
-            continue
-        spark_type = added_column_type(column)
-        if spark_type is None:
-            raise ReconcileError(
-                f"column {column.name!r} of lake table {table} has no lake type: rebaseline it"
-            )
-        types[column.name] = spark_arrow_type(spark_type)
-    return types
 
 
 def canonical_rows(
