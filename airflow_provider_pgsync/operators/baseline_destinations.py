@@ -146,13 +146,16 @@ class ReplicaBaselines:
             try:
                 destination = PostgresDestination.from_config(replica.config)
                 try:
-                    destination.discard_baseline(replica.staging)
+                    self._drop(destination, replica.staging)
                 finally:
                     destination.close()
             except Exception as exc:
                 self.log.warning(
                     "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
                 )
+
+    def _drop(self, destination: PostgresDestination, staging: str) -> None:
+        destination.discard_baseline(staging)
 
 
 def pass_entry(conninfo: str, password: str) -> PassEntry:
@@ -259,16 +262,5 @@ class ReplicaBackfills(ReplicaBaselines):
         if not result.ok:
             self.discard()
 
-    def discard(self) -> None:
-        """Drop the staging tables (after a failure; never raises)."""
-        for replica in self._replicas:
-            try:
-                destination = PostgresDestination.from_config(replica.config)
-                try:
-                    destination.discard_backfill(replica.staging)
-                finally:
-                    destination.close()
-            except Exception as exc:
-                self.log.warning(
-                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
-                )
+    def _drop(self, destination: PostgresDestination, staging: str) -> None:
+        destination.discard_backfill(staging)

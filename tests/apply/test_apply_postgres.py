@@ -50,6 +50,17 @@ def rows(database: Database, table: str) -> list[tuple[str | None, ...]]:
         return sorted(conn.execute(query).fetchall(), key=lambda r: tuple((v is None, v or "") for v in r))
 
 
+def exported_snapshot(conn: psycopg.Connection) -> SyncDone:  # type: ignore[type-arg]
+    """The hand-off a baseline reading in ``conn``'s REPEATABLE READ snapshot records."""
+    row = conn.execute(
+        "SELECT pg_export_snapshot(), pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,"
+        " ARRAY(SELECT pg_snapshot_xip(s)::text::bigint), pg_current_wal_insert_lsn()::text"
+        " FROM pg_current_snapshot() s"
+    ).fetchone()
+    assert row is not None
+    return SyncDone(row[0], LSN.parse(row[4]), row[1], row[2], tuple(row[3]))
+
+
 def copy_base(source: psycopg.Connection, replica: Database, table: str) -> None:  # type: ignore[type-arg]
     """The test's baseline: the table as ``source``'s open snapshot sees it, into the replica."""
     ident = TableRef.parse(table).identifier
@@ -103,13 +114,7 @@ def test_capture_and_apply_reach_the_source_exactly(
     pending.execute("INSERT INTO orders (id, note) VALUES (100, 'in flight')")
     source = database.connect(autocommit=False)
     source.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    row = source.execute(
-        "SELECT pg_export_snapshot(), pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,"
-        " ARRAY(SELECT pg_snapshot_xip(s)::text::bigint), pg_current_wal_insert_lsn()::text"
-        " FROM pg_current_snapshot() s"
-    ).fetchone()
-    assert row is not None
-    done = SyncDone(row[0], LSN.parse(row[4]), row[1], row[2], tuple(row[3]))
+    done = exported_snapshot(source)
     pending.commit()
     pending.close()
     # after the snapshot: TOAST kept, a key change keeping TOAST, deletes, an update in FULL identity

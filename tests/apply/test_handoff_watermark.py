@@ -10,10 +10,9 @@ import pytest
 from airflow_provider_pgsync.apply.run import apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.pgoutput import LSN
-from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
+from airflow_provider_pgsync.state.phases import DataSync, Ready
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import copy_base, rows
+from tests.apply.test_apply_postgres import copy_base, exported_snapshot, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
 
@@ -47,16 +46,10 @@ def test_a_handoff_with_nothing_to_apply_leaves_the_watermark_past_the_base(
     pipeline.capture_until_idle()  # every captured change is older than the snapshot below
     source = database.connect(autocommit=False)
     source.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    row = source.execute(
-        "SELECT pg_export_snapshot(), pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,"
-        " ARRAY(SELECT pg_snapshot_xip(s)::text::bigint), pg_current_wal_insert_lsn()::text"
-        " FROM pg_current_snapshot() s"
-    ).fetchone()
-    assert row is not None
+    done = exported_snapshot(source)
     replica.execute(ddl[0])
     copy_base(source, replica, table)
     source.close()
-    done = SyncDone(row[0], LSN.parse(row[4]), row[1], row[2], tuple(row[3]))
     update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, DataSync()))
     update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, done))
     pipeline.capture_until_idle()  # capture passes the snapshot: the hand-off makes the table Ready

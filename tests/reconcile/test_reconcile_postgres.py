@@ -12,12 +12,11 @@ from airflow_provider_pgsync.errors import ReconcileError
 from airflow_provider_pgsync.hooks.reconcile_pg import PgSide, open_source_snapshot
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
-from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.reconcile.canonical import md5_hex, row_text
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.phases import DataSync, SyncDone
+from airflow_provider_pgsync.state.phases import DataSync
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, rows
+from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, exported_snapshot, rows
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
 from tests.reconcile.conftest import RecordingTI, apply_into, looping, wait_for_repair, writer
@@ -168,17 +167,11 @@ def test_a_table_without_a_key_stays_equal_after_its_hand_off(
     database.execute("INSERT INTO bag SELECT 'k' || mod(g, 4), 1 FROM generate_series(1, 20) g")
     source = database.connect(autocommit=False)
     source.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    row = source.execute(
-        "SELECT pg_export_snapshot(), pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,"
-        " ARRAY(SELECT pg_snapshot_xip(s)::text::bigint), pg_current_wal_insert_lsn()::text"
-        " FROM pg_current_snapshot() s"
-    ).fetchone()
-    assert row is not None
+    done = exported_snapshot(source)
     pipeline.capture_until_idle()
     replica.execute("CREATE TABLE bag (k text, n int)")
     copy_base(source, replica, "public.bag")
     source.close()
-    done = SyncDone(row[0], LSN.parse(row[4]), row[1], row[2], tuple(row[3]))
     update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase("public.bag", DataSync()))
     update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase("public.bag", done))
     apply_into(pipeline, replica)  # the hand-off: Ready
