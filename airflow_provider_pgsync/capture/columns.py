@@ -352,6 +352,22 @@ def _prepend(first: int, values: np.ndarray) -> np.ndarray:
     return np.concatenate([np.array([first], dtype=values.dtype), values])
 
 
+def arrow_payloads(payloads: pa.Array) -> tuple[bytes, np.ndarray]:
+    """The payloads of a binary Arrow array (no nulls: a peek's ``data`` is never NULL) as one
+    buffer and their lengths, straight from the array's buffers."""
+    if payloads.null_count:
+        raise ValueError("a peek returned a NULL payload")
+    offsets = payloads.type in (pa.large_binary(), pa.large_string())
+    _, offset_buffer, data_buffer = payloads.buffers()
+    starts = np.frombuffer(offset_buffer, dtype=np.int64 if offsets else np.int32)
+    starts = starts[payloads.offset : payloads.offset + len(payloads) + 1]
+    if len(payloads) == 0:
+        return b"", np.empty(0, np.int64)
+    first, last = int(starts[0]), int(starts[-1])
+    data = data_buffer.slice(first, last - first).to_pybytes() if data_buffer is not None else b""
+    return data, np.diff(starts).astype(np.int64)
+
+
 def join_payloads(payloads: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     """The payloads as one buffer and their lengths (what ``feed_joined`` takes)."""
     return b"".join(payloads), np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))

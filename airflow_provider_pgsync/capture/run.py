@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from airflow_provider_pgsync.capture.columns import join_payloads
+from airflow_provider_pgsync.capture.columns import arrow_payloads
 from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
 from airflow_provider_pgsync.errors import ConfigError, SlotError
@@ -39,7 +39,8 @@ class CaptureSettings:
     publication_name: str
     changelog_uri: str
     max_changes: int = 1_000_000
-    fetch_rows: int = 50_000
+    fetch_bytes: int = 4 * 2**20
+    """About how many bytes of payloads each fetch from the peek holds."""
     part_bytes: int = 16 * 2**20
     worker_from_bytes: int = 32 * 2**20
     peek_statement_timeout: float = 0.0
@@ -53,7 +54,7 @@ class CaptureSettings:
     def __post_init__(self) -> None:
         validate_slot_name(self.slot_name)
         validate_publication_name(self.publication_name)
-        for name in ("max_changes", "fetch_rows", "part_bytes", "worker_from_bytes"):
+        for name in ("max_changes", "fetch_bytes", "part_bytes", "worker_from_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"capture setting {name} must be a positive integer, not {value!r}")
@@ -128,18 +129,18 @@ def _capture(
     )
     progress = _Progress()
     try:
-        with hook.peek_payloads(
+        with hook.peek_arrays(
             slot,
             [settings.publication_name],
             upto_lsn=upto,
             upto_nchanges=settings.max_changes,
-            fetch_rows=settings.fetch_rows,
+            batch_bytes=settings.fetch_bytes,
             statement_timeout_ms=settings.peek_statement_timeout_ms,
         ) as fetches:
             for payloads in fetches:
-                data, lens = join_payloads(payloads)
+                data, lens = arrow_payloads(payloads)
                 decoder.feed(data, lens)
-                progress.report(len(payloads), len(data))
+                progress.report(len(lens), len(data))
         fail_point("after_peek")
         decoded = decoder.finish()
         pause_point("capture_before_state_write")  # segments written; state and slot not yet moved

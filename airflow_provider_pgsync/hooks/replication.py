@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg import sql
 from psycopg.rows import tuple_row
@@ -29,7 +30,8 @@ from airflow_provider_pgsync.errors import (
     SlotError,
     SourceUnavailableError,
 )
-from airflow_provider_pgsync.hooks.adapters import first_column, register_lsn
+from airflow_provider_pgsync.hooks.adapters import register_lsn
+from airflow_provider_pgsync.hooks.arrow_peek import peek_arrays, peek_query, slot_error
 from airflow_provider_pgsync.hooks.catalog import (
     desired_state,
     names_by_oid,
@@ -441,24 +443,27 @@ class PgReplicationHook(PostgresHook):
             cur.itersize = fetch_size
             yield iter(cur)
 
-    @contextmanager
-    def peek_payloads(
+    def peek_arrays(
         self,
         slot_name: str,
         publication_names: Sequence[str],
         *,
         upto_lsn: LSN | None,
         upto_nchanges: int | None,
-        fetch_rows: int = 50_000,
+        batch_bytes: int,
         statement_timeout_ms: int = 0,
-    ) -> Iterator[Iterator[list[bytes]]]:
-        """Like ``peek``, but only the pgoutput payloads, ``fetch_rows`` at a time (capture's fast path)."""
-        options = (upto_lsn, upto_nchanges, 2, True)
-        timeout = statement_timeout_ms
-        with self._peek_cursor(
-            slot_name, publication_names, "data", *options, scalar=True, statement_timeout_ms=timeout
-        ) as cur:
-            yield iter(lambda: cur.fetchmany(fetch_rows), [])
+    ) -> AbstractContextManager[Iterator[pa.Array]]:
+        """Capture's fast path: only the pgoutput payloads, as binary Arrow arrays of about
+        ``batch_bytes`` each, read through ADBC (``hooks.arrow_peek`` says why)."""
+        return peek_arrays(
+            self,
+            slot_name,
+            publication_names,
+            upto_lsn=upto_lsn,
+            upto_nchanges=upto_nchanges,
+            batch_bytes=batch_bytes,
+            statement_timeout_ms=statement_timeout_ms,
+        )
 
     @contextmanager
     def _peek_cursor(
@@ -471,46 +476,28 @@ class PgReplicationHook(PostgresHook):
         protocol_version: int,
         messages: bool,
         *,
-        scalar: bool = False,
         statement_timeout_ms: int = 0,
     ) -> Iterator[psycopg.ServerCursor[Any]]:
-        name = validate_slot_name(slot_name)
-        pubs = ",".join(validate_publication_name(p) for p in publication_names)
-        if upto_nchanges is not None and upto_nchanges <= 0:
-            raise ConfigError(f"upto_nchanges must be positive, not {upto_nchanges}")
-        if protocol_version not in (1, 2):
-            raise ConfigError(f"protocol_version must be 1 or 2, not {protocol_version}")
+        options = (upto_lsn, upto_nchanges, protocol_version, messages)
+        query = peek_query(columns, slot_name, publication_names, *options)
         conn = self.connect(autocommit=False)
         try:
             for setting in TEXT_OUTPUT:  # pgoutput's values are this session's text output
                 conn.execute(setting)
-            # the transaction waits idle while capture decodes and writes each fetch; the peek's
+            # the transaction waits idle while the caller works on each fetch; the peek's
             # limit is the caller's, never a low database or role default
             hold_open(conn, local=True)
             set_statement_timeout(conn, statement_timeout_ms, local=True)
             cursor = conn.cursor(
                 name=f"pgsync_peek_{uuid.uuid4().hex[:12]}",
                 binary=True,
-                row_factory=first_column if scalar else tuple_row,
+                row_factory=tuple_row,
             )
-            cursor.execute(
-                sql.SQL(
-                    "SELECT {} FROM pg_logical_slot_peek_binary_changes(%s, %s, %s,"
-                    " 'proto_version', %s, 'publication_names', %s, 'messages', %s)"
-                ).format(sql.SQL(columns)),
-                (name, upto_lsn, upto_nchanges, str(protocol_version), pubs, str(messages).lower()),
-            )
+            cursor.execute(query)
             yield cursor
             cursor.close()
-        except psycopg.errors.UndefinedObject as exc:
-            raise SlotError(
-                f"replication slot {name} does not exist: create it (PgCreateSlotOperator) "
-                "and rebaseline the tables, since changes before the new slot are not captured"
-            ) from exc
-        except psycopg.errors.ObjectInUse as exc:
-            raise SlotError(
-                f"replication slot {name} is active in another session: only one reader at a time"
-            ) from exc
+        except (psycopg.errors.UndefinedObject, psycopg.errors.ObjectInUse) as exc:
+            raise slot_error(slot_name, exc.sqlstate) or exc from exc
         finally:
             conn.rollback()
             conn.close()

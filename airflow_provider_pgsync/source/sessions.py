@@ -52,16 +52,21 @@ def hold_open(conn: psycopg.Connection[Any], *, local: bool = False) -> None:
     ``SET`` takes no snapshot, so it may precede ``SET TRANSACTION SNAPSHOT`` or the first
     query of a REPEATABLE READ transaction.
     """
-    scope = "SET LOCAL" if local else "SET"
     if not local and not conn.autocommit:
         raise RuntimeError("hold_open at session level needs an autocommit connection")
+    for statement in hold_open_statements(conn.info.server_version, local=local):
+        conn.execute(statement)
+
+
+def hold_open_statements(server_version: int, *, local: bool = False) -> list[sql.Composed]:
+    """The statements of ``hold_open`` for a server of ``server_version`` (``server_version_num``)."""
+    scope = "SET LOCAL" if local else "SET"
     names = ["idle_in_transaction_session_timeout"]
     if not local:
         names.append("idle_session_timeout")  # applies outside transactions only
-    if conn.info.server_version >= _TRANSACTION_TIMEOUT_FROM:
+    if server_version >= _TRANSACTION_TIMEOUT_FROM:
         names.append("transaction_timeout")
-    for name in names:
-        conn.execute(sql.SQL("{} {} = 0").format(sql.SQL(scope), sql.Identifier(name)))
+    return [sql.SQL("{} {} = 0").format(sql.SQL(scope), sql.Identifier(name)) for name in names]
 
 
 def timeout_ms(value: float | timedelta | None, *, what: str) -> int:
@@ -78,5 +83,10 @@ def timeout_ms(value: float | timedelta | None, *, what: str) -> int:
 
 def set_statement_timeout(conn: psycopg.Connection[Any], milliseconds: int, *, local: bool = False) -> None:
     """``SET [LOCAL] statement_timeout`` on ``conn`` (0: no limit), whatever the defaults say."""
+    conn.execute(statement_timeout_statement(milliseconds, local=local))
+
+
+def statement_timeout_statement(milliseconds: int, *, local: bool = False) -> sql.Composed:
+    """The statement of ``set_statement_timeout``."""
     scope = "SET LOCAL" if local else "SET"
-    conn.execute(sql.SQL("{} statement_timeout = {}").format(sql.SQL(scope), sql.Literal(int(milliseconds))))
+    return sql.SQL("{} statement_timeout = {}").format(sql.SQL(scope), sql.Literal(int(milliseconds)))

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion, join_payloads
+from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion, arrow_payloads, join_payloads
 from airflow_provider_pgsync.changelog.schema import segment_schema
 from airflow_provider_pgsync.errors import ConfigError, DecodeError, PgSyncError
 from airflow_provider_pgsync.pgoutput import (
@@ -203,15 +203,27 @@ def bounds_of(n: int, cuts: Sequence[int]) -> list[int]:
     return [0, *sorted(cuts), n]
 
 
+def _as_fetched(chunk: Sequence[bytes], *, large: bool) -> pa.Array:
+    """``chunk`` as a binary Arrow array that is a slice of a longer one (offsets not at 0)."""
+    padded = pa.array([b"before", *chunk, b"after"], pa.large_binary() if large else pa.binary())
+    return padded.slice(1, len(chunk))
+
+
 def run_batcher(
     payloads: Sequence[bytes], bounds: Sequence[int], *, skip_before: int = 0, check_schema: bool = True
 ) -> Outcome:
-    """Feed ``payloads`` cut at ``bounds``, alternating ``feed`` and ``feed_joined``; collect the rows."""
+    """Feed ``payloads`` cut at ``bounds``, alternating ``feed``, ``feed_joined`` and
+    ``feed_joined`` of an Arrow array's buffers (as capture fetches them); collect the rows."""
     batcher = ColumnBatcher(SchemaVersions(), skip_before=skip_before)
     out = Outcome()
     for k, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         chunk = payloads[lo:hi]
-        batches = batcher.feed(chunk) if k % 2 == 0 else batcher.feed_joined(*join_payloads(chunk))
+        if k % 3 == 0:
+            batches = batcher.feed(chunk)
+        elif k % 3 == 1:
+            batches = batcher.feed_joined(*join_payloads(chunk))
+        else:
+            batches = batcher.feed_joined(*arrow_payloads(_as_fetched(chunk, large=k % 2 == 0)))
         for tv, table in batches:
             assert isinstance(tv, TableVersion) and isinstance(table, pa.Table)
             assert table.num_rows > 0, "an empty table was returned"
@@ -966,3 +978,14 @@ def test_xids_across_an_epoch_boundary() -> None:
     assert table.column("_xid").to_pylist() == [3 * FULL - 2, 3 * FULL - 1, 3 * FULL, 3 * FULL + 3]
     [(_, plain)] = ColumnBatcher(SchemaVersions()).feed([encode(m) for m in messages])
     assert plain.column("_xid").to_pylist() == [FULL - 2, FULL - 1, 0, 3]  # without a reference: as sent
+
+
+def test_arrow_payloads_are_the_buffers_of_the_fetched_array() -> None:
+    payloads = [b"a", b"", b"bcd", b"\x00\xff"]
+    for large in (False, True):
+        data, lens = arrow_payloads(_as_fetched(payloads, large=large))
+        assert (data, lens.tolist()) == (b"".join(payloads), [1, 0, 3, 2])
+    empty = arrow_payloads(pa.array([], pa.binary()))
+    assert (empty[0], empty[1].tolist()) == (b"", [])
+    with pytest.raises(ValueError, match="NULL payload"):
+        arrow_payloads(pa.array([b"a", None], pa.binary()))
