@@ -29,7 +29,6 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pyarrow.csv as pcsv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -53,6 +52,7 @@ from airflow_provider_pgsync.destinations import (
     postgres_create,
     postgres_keyless,
 )
+from airflow_provider_pgsync.destinations.pg_csv import copy_text
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
@@ -132,6 +132,8 @@ class PostgresDestination(Destination):
         self._source = source
         self._types = ReplicaTypes(self._conn, source, name)
         self._actual: dict[str, dict[str, str]] = {}  # per table, its columns' types in the replica
+        # per table and its columns' types, those with a hash opclass (postgres_keyless.py)
+        self._hashable: dict[tuple[str, tuple[tuple[str, str], ...]], frozenset[str]] = {}
         self._staged = 0
         self._ensure_watermarks()
 
@@ -364,7 +366,7 @@ class PostgresDestination(Destination):
         names = [c.name for c in columns]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
             changed = pool.submit(_changed_csv, names, key_columns(columns), net)
-            inserts = pool.submit(_csv, net.inserts) if net.inserts.num_rows else None
+            inserts = pool.submit(copy_text, net.inserts) if net.inserts.num_rows else None
             try:
                 if self._conn.info.server_version >= 150000:
                     self._merge(table, columns, net, changed.result())
@@ -478,10 +480,10 @@ class PostgresDestination(Destination):
     def _copy(self, target: sql.Composable, names: list[str], data: pa.Table) -> None:
         """``data`` (PostgreSQL text) into the ``names`` columns of ``target`` with COPY; the
         server parses the values."""
-        self._copy_csv(target, names, _csv(data))
+        self._copy_csv(target, names, copy_text(data))
 
     def _copy_csv(self, target: sql.Composable, names: list[str], data: bytes | memoryview) -> None:
-        """CSV rows (``_csv``) into the ``names`` columns of ``target`` with COPY."""
+        """CSV rows (``copy_text``) into the ``names`` columns of ``target`` with COPY."""
         with self._conn.cursor().copy(
             sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
                 target, sql.SQL(", ").join(map(sql.Identifier, names))
@@ -733,16 +735,6 @@ def _unnest(width: int) -> sql.Composed:
     )
 
 
-def _csv(data: pa.Table) -> memoryview:
-    """``data`` as PostgreSQL's CSV: every value quoted, which tells '' (quoted) from NULL
-    (nothing). pyarrow writes it into its own buffer without holding the GIL."""
-    # without its empty chunks: pyarrow 26 writes a table whose first chunk is empty as NULs
-    data = pa.Table.from_batches([b for b in data.to_batches() if b.num_rows], schema=data.schema)
-    sink = pa.BufferOutputStream()
-    pcsv.write_csv(data, sink, pcsv.WriteOptions(include_header=False, quoting_style="all_valid"))
-    return memoryview(sink.getvalue())
-
-
 def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
     """The rows ``_merge`` stages: ``D`` and the key of each deleted row (NULL elsewhere),
     ``U`` and each updated row."""
@@ -757,7 +749,7 @@ def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
     ]
     if not tagged:
         return memoryview(b"")
-    return _csv(pa.concat_tables([t.cast(tagged[-1].schema) for t in tagged]))
+    return copy_text(pa.concat_tables([t.cast(tagged[-1].schema) for t in tagged]))
 
 
 def _free_name(names: list[str], base: str) -> str:
