@@ -125,15 +125,25 @@ def cancelled(run: MultisetRun) -> MultisetRun:
     inserts, deletes = run.inserts, run.deletes
     if not inserts.num_rows or not deletes.num_rows:
         return run
-    encoded = pc.dictionary_encode(pa.chunked_array([*_row_text(inserts).chunks, *_row_text(deletes).chunks]))
+    # only new rows whose first column is some old row's can cancel: the rows compared whole
+    first = inserts.column_names[0]
+    maybe = pc.is_in(inserts.column(first), value_set=deletes.column(first).unique(), skip_nulls=False)
+    positions = np.flatnonzero(maybe.to_numpy(zero_copy_only=False))
+    if not len(positions):
+        return run
+    candidates = inserts.take(pa.array(positions))
+    texts = pa.chunked_array([*_row_text(candidates).chunks, *_row_text(deletes).chunks])
+    encoded = pc.dictionary_encode(texts)
     ids = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks]).astype(np.int64)
-    added, removed = ids[: inserts.num_rows], ids[inserts.num_rows :]
+    added, removed = ids[: len(positions)], ids[len(positions) :]
     size = int(ids.max()) + 1
     common = np.minimum(np.bincount(added, minlength=size), np.bincount(removed, minlength=size))
     if not common.any():
         return run
+    keep = np.ones(inserts.num_rows, dtype=bool)
+    keep[positions] = _occurrence(added) >= common[added]
     return MultisetRun(
-        inserts=inserts.filter(pa.array(_occurrence(added) >= common[added])),
+        inserts=inserts.filter(pa.array(keep)),
         deletes=deletes.filter(pa.array(_occurrence(removed) >= common[removed])),
     )
 
