@@ -7,12 +7,14 @@ columns as generated columns with the source's expression (pgoutput does not sen
 replica computes them; ``postgres_create.py``), and the primary key of the source's replica
 identity. A batch becomes a few statements of its net effect
 (``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
-case) is one DELETE and one UPDATE of the rows the table holds, joined with their keys or
-rows staged by ``COPY``, and one ``COPY`` of the new rows into the table. Other batches go
+case) is one MERGE that deletes and updates the rows the table holds, joined with their keys
+and rows staged by one ``COPY`` (a DELETE and an UPDATE before PostgreSQL 15), and one ``COPY``
+of the new rows into the table; the COPY text is written in a worker thread while the server
+runs the statement before it. Other batches go
 step by step: deletes, inserts-or-updates of whole rows, then in-place updates that leave
 columns sent as unchanged TOAST alone. Tables whose identity is the whole row (REPLICA
-IDENTITY FULL without a primary key) take a batch as multiset operations: a ``COPY`` of the new
-rows and one ``DELETE`` of as many equal rows as the old rows (``postgres_keyless.py``).
+IDENTITY FULL without a primary key) take a batch as multiset operations: one ``DELETE`` of as
+many equal rows as the old rows and a ``COPY`` of the new rows (``postgres_keyless.py``).
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.

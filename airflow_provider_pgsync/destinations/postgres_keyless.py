@@ -2,18 +2,21 @@
 PostgreSQL destination, in sets: a few statements per batch, never one per change.
 
 Between two TRUNCATEs a batch is a multiset of new rows and one of old rows
-(``apply/multiset.py``): the new rows go into the table with one ``COPY``, then the distinct
-old rows, each with how many equal rows go, are staged with ``COPY`` into a temporary table
-and one ``DELETE`` removes that many equal rows of the table (duplicates numbered with
-``row_number()``, rows addressed by ``ctid``). Rows are equal as the change-by-change path
-compared them: column by column, ``text`` casts with ``IS NOT DISTINCT FROM`` (NULLs equal,
-types without an equality operator such as json or point compared by their text). That
-comparison runs only on candidate pairs of one hash join over one scan of the table: rows
-equal in the fewest columns that tell the old rows apart, by those columns' own equality
-(columns with a hash opclass and no NULL among the old rows; equal texts are equal values),
-else rows with an equal ``hash_record`` of the whole row. A table lacking rows the source
-removed is an error. The cost per batch: a ``COPY`` of its new rows and one scan of the table
-when it removes rows.
+(``apply/multiset.py``). Rows both added and removed cancel on the client (``cancelled``);
+then the distinct old rows, each with how many equal rows go, are staged with ``COPY`` into
+a temporary table and one ``DELETE`` removes that many equal rows of the table (duplicates
+numbered with ``row_number()``, rows addressed by ``ctid``), before the new rows go into the
+table with one ``COPY`` (so the DELETE's scan does not read them; their COPY text is written
+meanwhile). Should the table lack some old row (a row sent with two texts that did not
+cancel), that attempt is rolled back to a savepoint and the new rows are copied first. Rows
+are equal as the change-by-change path compared them: column by column, ``text`` casts with
+``IS NOT DISTINCT FROM`` (NULLs equal, types without an equality operator such as json or
+point compared by their text). That comparison runs only on candidate pairs of one hash join
+over one scan of the table: rows equal in the fewest columns that tell the old rows apart,
+by those columns' own equality (columns with a hash opclass and no NULL among the old rows;
+equal texts are equal values), else rows with an equal ``hash_record`` of the whole row. A
+table lacking rows the source removed is an error. The cost per batch: a ``COPY`` of its new
+rows and one scan of the table as it was before the batch when it removes rows.
 """
 
 from __future__ import annotations
