@@ -8,13 +8,14 @@ the caller records the returned phase.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import touched_keys
+from airflow_provider_pgsync.apply.prefetch import prefetched
 from airflow_provider_pgsync.apply.schema_change import schema_phase, type_text
 from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
@@ -106,6 +107,7 @@ def apply_table(
         and state.last_end_lsn >= phase.baseline_lsn
     )
     applied = in_base = 0
+    batches: Generator[tuple[int, pa.RecordBatch], None, None] | None = None
     try:
         changes_read = changelog.read_changes(
             table,
@@ -114,7 +116,9 @@ def apply_table(
             batch_rows=min(batch_rows, 65536),
             xid_reference=phase.xmax if isinstance(phase, SyncDone) else None,
         )
-        for version, batch in _regroup(changes_read, batch_rows, batch_bytes):
+        # the next batch is read while the destination applies this one
+        batches = prefetched(_regroup(changes_read, batch_rows, batch_bytes))
+        for version, batch in batches:
             columns = versions[version]
             if known is not None and version != known:
                 change = SchemaChange()
@@ -193,6 +197,9 @@ def apply_table(
                 previous=phase.kind,
             ),
         )
+    finally:
+        if batches is not None:
+            batches.close()
     new_phase: TablePhase = phase
     if handed_off:
         assert isinstance(phase, SyncDone) and state.last_end_lsn is not None

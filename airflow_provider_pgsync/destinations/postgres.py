@@ -7,12 +7,14 @@ columns as generated columns with the source's expression (pgoutput does not sen
 replica computes them; ``postgres_create.py``), and the primary key of the source's replica
 identity. A batch becomes a few statements of its net effect
 (``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
-case) is one DELETE and one UPDATE of the rows the table holds, joined with their keys or
-rows staged by ``COPY``, and one ``COPY`` of the new rows into the table. Other batches go
+case) is one MERGE that deletes and updates the rows the table holds, joined with their keys
+and rows staged by one ``COPY`` (a DELETE and an UPDATE before PostgreSQL 15), and one ``COPY``
+of the new rows into the table; the COPY text is written in a worker thread while the server
+runs the statement before it. Other batches go
 step by step: deletes, inserts-or-updates of whole rows, then in-place updates that leave
 columns sent as unchanged TOAST alone. Tables whose identity is the whole row (REPLICA
-IDENTITY FULL without a primary key) take a batch as multiset operations: a ``COPY`` of the new
-rows and one ``DELETE`` of as many equal rows as the old rows (``postgres_keyless.py``).
+IDENTITY FULL without a primary key) take a batch as multiset operations: one ``DELETE`` of as
+many equal rows as the old rows and a ``COPY`` of the new rows (``postgres_keyless.py``).
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
 ``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
 batch applied with its watermark or neither: every change takes effect exactly once.
@@ -22,14 +24,13 @@ wait in a staging table until apply merges them with the watermark (``postgres_b
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pyarrow.csv as pcsv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -53,6 +54,7 @@ from airflow_provider_pgsync.destinations import (
     postgres_create,
     postgres_keyless,
 )
+from airflow_provider_pgsync.destinations.pg_csv import copy_text
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
@@ -81,6 +83,9 @@ _SESSION = (
     # a batch's staged rows (up to a million) join the table in one in-memory hash instead of
     # batches spilled to disk (measured: the UPDATE of 600,000 rows 15-25 % faster)
     "SET work_mem = '256MB'",
+    # and its staged rows (temporary tables) stay in memory: with the default 8MB of local
+    # buffers a batch's staging spills to disk and is read back by the join
+    "SET temp_buffers = '256MB'",
     "SET TimeZone = 'UTC'",
     "SET DateStyle = 'ISO'",
     "SET IntervalStyle = 'postgres'",
@@ -129,6 +134,8 @@ class PostgresDestination(Destination):
         self._source = source
         self._types = ReplicaTypes(self._conn, source, name)
         self._actual: dict[str, dict[str, str]] = {}  # per table, its columns' types in the replica
+        # per table and its columns' types, those with a hash opclass (postgres_keyless.py)
+        self._hashable: dict[tuple[str, tuple[tuple[str, str], ...]], frozenset[str]] = {}
         self._staged = 0
         self._ensure_watermarks()
 
@@ -353,9 +360,60 @@ class PostgresDestination(Destination):
     # ---- keyed tables, plain batches: three set statements
 
     def _apply_bulk(self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet) -> None:
-        """One DELETE and one UPDATE joined with their rows staged by COPY, then the new rows
-        copied straight into the table. The counts are checked: a destination that lost a
-        row, or holds one the source inserted, is an error, not a silent repair."""
+        """The rows the table holds deleted and updated by one statement joined with them staged
+        by COPY (a MERGE; a DELETE and an UPDATE before PostgreSQL 15), then the new rows copied
+        straight into the table. Each COPY's text is written in a worker thread while the
+        server runs the statements before it. The counts are checked: a destination that lost
+        a row, or holds one the source inserted, is an error, not a silent repair."""
+        names = [c.name for c in columns]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
+            changed = pool.submit(_changed_csv, names, key_columns(columns), net)
+            inserts = pool.submit(copy_text, net.inserts) if net.inserts.num_rows else None
+            try:
+                if self._conn.info.server_version >= 150000:
+                    self._merge(table, columns, net, changed.result())
+                else:
+                    self._delete_update(table, columns, net)
+                if inserts is not None:
+                    self._copy_new(table, names, inserts.result())
+            finally:
+                for pending in (changed, inserts):
+                    if pending is not None:
+                        pending.cancel()
+
+    def _merge(
+        self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet, staged_csv: bytes | memoryview
+    ) -> None:
+        """Delete and update the rows the table holds in one join: the deleted keys and the updated
+        rows staged together (``pgsync_op`` D or U), one MERGE."""
+        expected = net.deletes.num_rows + net.updates.num_rows
+        if not expected:
+            return
+        names = [c.name for c in columns]
+        keys = key_columns(columns)
+        others = [n for n in names if n not in keys]
+        op = _free_name(names, "op")
+        staged = self._new_stage(table, names, extra=sql.SQL("''::text AS {}").format(sql.Identifier(op)))
+        self._copy_csv(staged, [op, *names], staged_csv)
+        count = self._conn.execute(
+            sql.SQL(
+                "MERGE INTO {} AS t USING {} AS s ON {}"
+                " WHEN MATCHED AND s.{} = 'D' THEN DELETE"
+                # an UPDATE, not a DELETE and INSERT: a row whose indexed columns stay the same
+                # gets its new version on the same page (HOT) without index entries
+                " WHEN MATCHED THEN UPDATE SET {}"
+            ).format(
+                table.identifier,
+                staged,
+                _join(keys),
+                sql.Identifier(op),
+                sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others),
+            )
+        ).rowcount
+        self._check_count(table, count, expected, "updated or deleted")
+
+    def _delete_update(self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet) -> None:
+        """``_merge`` for servers without MERGE: one DELETE and one UPDATE."""
         names = [c.name for c in columns]
         keys = key_columns(columns)
         others = [n for n in names if n not in keys]
@@ -370,8 +428,6 @@ class PostgresDestination(Destination):
         if net.updates.num_rows:
             staged = self._stage(table, names, net.updates)
             count = self._conn.execute(
-                # an UPDATE, not a DELETE and INSERT: a row whose indexed columns stay the
-                # same gets its new version on the same page (HOT) without index entries
                 sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE {}").format(
                     table.identifier,
                     sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others),
@@ -380,15 +436,17 @@ class PostgresDestination(Destination):
                 )
             ).rowcount
             self._check_count(table, count, net.updates.num_rows, "updated")
-        if net.inserts.num_rows:
-            try:
-                self._copy(table.identifier, names, net.inserts)
-            except psycopg.errors.UniqueViolation as exc:
-                raise DestinationError(
-                    f"destination {self.name}: table {table} already has a row the source inserted "
-                    f"({exc.diag.message_detail or exc}): the destination holds rows the source does "
-                    "not; rebaseline it"
-                ) from exc
+
+    def _copy_new(self, table: TableRef, names: list[str], rows_csv: bytes | memoryview) -> None:
+        """The new rows (CSV) into ``table``; a key it already holds is an error."""
+        try:
+            self._copy_csv(table.identifier, names, rows_csv)
+        except psycopg.errors.UniqueViolation as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} already has a row the source inserted "
+                f"({exc.diag.message_detail or exc}): the destination holds rows the source does "
+                "not; rebaseline it"
+            ) from exc
 
     def _check_count(self, table: TableRef, count: int, expected: int, done: str) -> None:
         if count != expected:
@@ -400,28 +458,40 @@ class PostgresDestination(Destination):
     def _stage(self, table: TableRef, names: list[str], data: pa.Table) -> sql.Identifier:
         """A new temporary table (dropped at commit) of ``names`` typed as in ``table``, holding
         ``data``."""
+        staged = self._new_stage(table, names)
+        self._copy(staged, names, data)
+        return staged
+
+    def _new_stage(
+        self, table: TableRef, names: list[str], *, extra: sql.Composable | None = None
+    ) -> sql.Identifier:
+        """A new empty temporary table (dropped at commit) of ``names`` typed as in ``table``,
+        after an ``extra`` column (SQL ``<value> AS <name>``) if given."""
         self._staged += 1
         staged = sql.Identifier(f"pgsync_stage_{self._staged}")
+        selected = sql.SQL(", ").join(map(sql.Identifier, names))
+        if extra is not None:
+            selected = sql.SQL("{}, {}").format(extra, selected)
         self._conn.execute(
             sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-                staged, sql.SQL(", ").join(map(sql.Identifier, names)), table.identifier
+                staged, selected, table.identifier
             )
         )
-        self._copy(staged, names, data)
         return staged
 
     def _copy(self, target: sql.Composable, names: list[str], data: pa.Table) -> None:
         """``data`` (PostgreSQL text) into the ``names`` columns of ``target`` with COPY; the
         server parses the values."""
-        buffer = io.BytesIO()
-        # quoting every value tells '' (quoted) from NULL (nothing), as PostgreSQL's CSV does
-        pcsv.write_csv(data, buffer, pcsv.WriteOptions(include_header=False, quoting_style="all_valid"))
+        self._copy_csv(target, names, copy_text(data))
+
+    def _copy_csv(self, target: sql.Composable, names: list[str], data: bytes | memoryview) -> None:
+        """CSV rows (``copy_text``) into the ``names`` columns of ``target`` with COPY."""
         with self._conn.cursor().copy(
             sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
                 target, sql.SQL(", ").join(map(sql.Identifier, names))
             )
         ) as copy:
-            copy.write(buffer.getbuffer())
+            copy.write(data)
 
     # ---- keyed tables: net effect in bulk
 
@@ -665,3 +735,28 @@ def _unnest(width: int) -> sql.Composed:
         sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(width)),
         sql.SQL(", ").join(sql.Identifier(f"c{i}") for i in range(width)),
     )
+
+
+def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
+    """The rows ``_merge`` stages: ``D`` and the key of each deleted row (NULL elsewhere),
+    ``U`` and each updated row."""
+    deletes = net.deletes
+    for name in names:
+        if name not in keys:
+            deletes = deletes.append_column(name, pa.nulls(deletes.num_rows, pa.string()))
+    tagged = [
+        part.select(names).add_column(0, "op", pa.repeat(pa.scalar(op, pa.string()), part.num_rows))
+        for op, part in (("D", deletes), ("U", net.updates))
+        if part.num_rows
+    ]
+    if not tagged:
+        return memoryview(b"")
+    return copy_text(pa.concat_tables([t.cast(tagged[-1].schema) for t in tagged]))
+
+
+def _free_name(names: list[str], base: str) -> str:
+    """A column name like ``pgsync_<base>`` that is none of ``names``."""
+    name = f"pgsync_{base}"
+    while name in names:
+        name += "_"
+    return name

@@ -2,23 +2,27 @@
 PostgreSQL destination, in sets: a few statements per batch, never one per change.
 
 Between two TRUNCATEs a batch is a multiset of new rows and one of old rows
-(``apply/multiset.py``): the new rows go into the table with one ``COPY``, then the distinct
-old rows, each with how many equal rows go, are staged with ``COPY`` into a temporary table
-and one ``DELETE`` removes that many equal rows of the table (duplicates numbered with
-``row_number()``, rows addressed by ``ctid``). Rows are equal as the change-by-change path
-compared them: column by column, ``text`` casts with ``IS NOT DISTINCT FROM`` (NULLs equal,
-types without an equality operator such as json or point compared by their text). That
-comparison runs only on candidate pairs of one hash join over one scan of the table: rows
-equal in the fewest columns that tell the old rows apart, by those columns' own equality
-(columns with a hash opclass and no NULL among the old rows; equal texts are equal values),
-else rows with an equal ``hash_record`` of the whole row. A table lacking rows the source
-removed is an error. The cost per batch: a ``COPY`` of its new rows and one scan of the table
-when it removes rows.
+(``apply/multiset.py``). Rows both added and removed cancel on the client (``cancelled``);
+then the distinct old rows, each with how many equal rows go, are staged with ``COPY`` into
+a temporary table and one ``DELETE`` removes that many equal rows of the table (duplicates
+numbered with ``row_number()``, rows addressed by ``ctid``), before the new rows go into the
+table with one ``COPY`` (so the DELETE's scan does not read them; their COPY text is written
+meanwhile). Should the table lack some old row (a row sent with two texts that did not
+cancel), that attempt is rolled back to a savepoint and the new rows are copied first. Rows
+are equal as the change-by-change path compared them: column by column, ``text`` casts with
+``IS NOT DISTINCT FROM`` (NULLs equal, types without an equality operator such as json or
+point compared by their text). That comparison runs only on candidate pairs of one hash join
+over one scan of the table: rows equal in the fewest columns that tell the old rows apart,
+by those columns' own equality (columns with a hash opclass and no NULL among the old rows;
+equal texts are equal values), else rows with an equal ``hash_record`` of the whole row. A
+table lacking rows the source removed is an error. The cost per batch: a ``COPY`` of its new
+rows and one scan of the table as it was before the batch when it removes rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +32,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.multiset import MultisetRun, multiset_runs
 from airflow_provider_pgsync.apply.net import Truncate
+from airflow_provider_pgsync.destinations.pg_csv import copy_text
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -61,16 +66,130 @@ def apply_keyless(
         if isinstance(run, Truncate):
             conn.execute(sql.SQL("TRUNCATE {}").format(table.identifier))
             continue
-        if run.inserts.num_rows:
-            destination._copy(table.identifier, names, run.inserts)
-        if run.deletes.num_rows:
-            _delete(destination, table, names, run)
+        run = cancelled(run)
+        if not run.deletes.num_rows:
+            if run.inserts.num_rows:
+                destination._copy(table.identifier, names, run.inserts)
+            continue
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
+            # the new rows' COPY text is written while the server removes the old rows
+            inserts = pool.submit(copy_text, run.inserts) if run.inserts.num_rows else None
+            try:
+                _remove_then_add(destination, table, columns, run, inserts)
+            finally:
+                if inserts is not None:
+                    inserts.cancel()
 
 
-def _delete(destination: PostgresDestination, table: TableRef, names: list[str], run: MultisetRun) -> None:
-    """Remove one row of ``table`` equal to each of ``run.deletes``, in one statement."""
+def _remove_then_add(
+    destination: PostgresDestination,
+    table: TableRef,
+    columns: Sequence[ColumnInfo],
+    run: MultisetRun,
+    inserts: Future[memoryview] | None,
+) -> None:
+    """The old rows removed before the new rows are added, so the DELETE's scan does not read
+    them: exact once ``cancelled`` took out the rows both added and removed, when the table
+    holds every remaining old row. If it does not (a row whose text changed between its INSERT
+    and its DELETE, e.g. the source's TimeZone changed between two captures, so the two did
+    not cancel), the attempt is rolled back to a savepoint and the run applied in the order
+    that always holds: new rows first."""
     conn = destination._conn
-    hashable = {str(r[0]) for r in conn.execute(_HASHABLE, (table.identifier.as_string(conn),)).fetchall()}
+    names = [c.name for c in columns]
+    expected = run.deletes.num_rows
+    try:
+        with conn.transaction():  # a savepoint
+            count = _delete(destination, table, columns, run)
+            if count != expected:
+                raise _Short
+    except _Short:
+        if inserts is not None:
+            destination._copy_csv(table.identifier, names, inserts.result())
+        count = _delete(destination, table, columns, run)
+        if count != expected:
+            raise DestinationError(
+                f"destination {destination.name}: table {table} lacks {expected - count} of {expected} "
+                "rows the source updated or deleted: the destination lost rows; rebaseline it"
+            ) from None
+        return
+    if inserts is not None:
+        destination._copy_csv(table.identifier, names, inserts.result())
+
+
+class _Short(Exception):
+    """The table lacked some of a run's old rows (rolls the attempt back to its savepoint)."""
+
+
+def cancelled(run: MultisetRun) -> MultisetRun:
+    """``run`` without the rows it both adds and removes (as many of each as the fewer of the
+    two): the table ends the same (``M + I - D`` is ``M + (I - C) - (D - C)`` for ``C`` the
+    common rows), and every row left to remove was in the table before the run. Rows are the
+    same when their texts are (PostgreSQL text holds no NUL byte, so NUL separates columns)."""
+    inserts, deletes = run.inserts, run.deletes
+    if not inserts.num_rows or not deletes.num_rows:
+        return run
+    # only new rows whose first column is some old row's can cancel: the rows compared whole
+    first = inserts.column_names[0]
+    maybe = pc.is_in(inserts.column(first), value_set=deletes.column(first).unique(), skip_nulls=False)
+    positions = np.flatnonzero(maybe.to_numpy(zero_copy_only=False))
+    if not len(positions):
+        return run
+    candidates = inserts.take(pa.array(positions))
+    texts = pa.chunked_array([*_row_text(candidates).chunks, *_row_text(deletes).chunks])
+    encoded = pc.dictionary_encode(texts)
+    ids = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks]).astype(np.int64)
+    added, removed = ids[: len(positions)], ids[len(positions) :]
+    size = int(ids.max()) + 1
+    common = np.minimum(np.bincount(added, minlength=size), np.bincount(removed, minlength=size))
+    if not common.any():
+        return run
+    keep = np.ones(inserts.num_rows, dtype=bool)
+    keep[positions] = _occurrence(added) >= common[added]
+    return MultisetRun(
+        inserts=inserts.filter(pa.array(keep)),
+        deletes=deletes.filter(pa.array(_occurrence(removed) >= common[removed])),
+    )
+
+
+def _row_text(rows: pa.Table) -> pa.ChunkedArray:
+    """Each row as one string: per column NUL then ``n`` (NULL) or ``v`` and its text."""
+    parts = []
+    for column in rows.columns:
+        text = column.cast(pa.string())
+        parts.append(pc.if_else(pc.is_null(text), "\x00n", pc.binary_join_element_wise("\x00v", text, "")))
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _occurrence(ids: np.ndarray) -> np.ndarray:
+    """Per element, how many equal elements come before it (0, 1, ... within each value)."""
+    order = np.argsort(ids, kind="stable")
+    ranked = ids[order]
+    starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+    lengths = np.diff(np.r_[starts, len(ids)])
+    within = np.arange(len(ids)) - np.repeat(starts, lengths)
+    out = np.empty(len(ids), dtype=np.int64)
+    out[order] = within
+    return out
+
+
+def _hashable(destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]) -> set[str]:
+    """The columns of ``table`` with a hash opclass, read once per session and column types."""
+    conn = destination._conn
+    key = (str(table), tuple((c.name, destination._type(table, c)) for c in columns))
+    if key not in destination._hashable:
+        rows = conn.execute(_HASHABLE, (table.identifier.as_string(conn),)).fetchall()
+        destination._hashable[key] = frozenset(str(r[0]) for r in rows)
+    return set(destination._hashable[key])
+
+
+def _delete(
+    destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo], run: MultisetRun
+) -> int:
+    """Remove one row of ``table`` equal to each of ``run.deletes``, in one statement; how many
+    it removed."""
+    conn = destination._conn
+    names = [c.name for c in columns]
+    hashable = _hashable(destination, table, columns)
     # the distinct old rows, each with how many equal rows go (n) and a number (g)
     n, g, h = (_free(names, base) for base in ("n", "g", "h"))
     texts = [_free(names, f"text_{i}") for i in range(len(names))]
@@ -132,12 +251,7 @@ def _delete(destination: PostgresDestination, table: TableRef, names: list[str],
             ),
         )
     ).rowcount
-    expected = run.deletes.num_rows
-    if count != expected:
-        raise DestinationError(
-            f"destination {destination.name}: table {table} lacks {expected - count} of {expected} rows "
-            "the source updated or deleted: the destination lost rows; rebaseline it"
-        )
+    return int(count)
 
 
 def _native_keys(distinct: pa.Table, hashable: list[str]) -> list[str]:

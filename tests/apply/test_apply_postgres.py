@@ -230,3 +230,33 @@ def test_schema_changes_continue_or_send_the_table_back_to_baseline(
     pipeline.capture_until_idle()
     assert apply_all(pipeline, replica) == {"public.items": Init()}
     assert pipeline.state().table("public.items").phase == Init()
+
+
+def test_a_batch_failing_while_the_next_is_read_keeps_the_earlier_batches_and_their_watermark(
+    make_pipeline: MakePipeline, database: Database, replica: Database
+) -> None:
+    """Apply reads the next batch while the destination applies one (``apply/prefetch.py``):
+    a batch that fails leaves every earlier batch applied with its watermark and nothing of
+    itself or of the batch read ahead."""
+    pipeline = make_pipeline(DDL[:2], TABLES[:1])
+    _empty_baseline(pipeline, database, "public.orders")
+    for first in (1, 11, 21):  # three transactions of 5 rows: batches of 7 rows cut between them
+        database.execute(
+            "INSERT INTO orders (id, note) SELECT g, 'n' || g FROM generate_series(%s::int, %s::int) g",
+            (first, first + 4),
+        )
+    pipeline.capture_until_idle()
+    replica.execute(  # refuses a row of the second transaction
+        "CREATE TABLE orders (id bigint PRIMARY KEY, note text CHECK (note <> 'n13'), doc text,"
+        " amount numeric(10,2), at timestamptz)"
+    )
+
+    phase = apply_all(pipeline, replica)["public.orders"]
+
+    assert isinstance(phase, Errored) and "check constraint" in phase.reason
+    assert replica.execute("SELECT min(id), max(id), count(*) FROM orders") == [(1, 5, 5)]
+    destination = PostgresDestination(replica.conninfo, name="replica")
+    first_commit = min(s.first_commit_lsn.value for s in pipeline.state().segments)
+    watermark = destination.watermark(TableRef.parse("public.orders"))
+    destination.close()
+    assert watermark is not None and watermark[0] == first_commit

@@ -6,16 +6,19 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pytest
 
+from airflow_provider_pgsync.apply.multiset import MultisetRun
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.destinations.postgres_keyless import cancelled
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle
 from tests.conftest import Database
 from tests.destinations.test_postgres_destination import reader
 
-INT4, TEXT, NUMERIC, FLOAT8, JSON, JSONB, POINT = 23, 25, 1700, 701, 114, 3802, 600
+INT4, TEXT, NUMERIC, FLOAT8, JSON, JSONB, POINT, TIMESTAMPTZ = 23, 25, 1700, 701, 114, 3802, 600, 1184
 EVENTS = TableRef("public", "events")
 Row = dict[str, str | None]
 
@@ -250,3 +253,47 @@ def test_a_failed_batch_applied_again_takes_effect_once(
     destination.apply(EVENTS, COLUMNS, change_batch(COLUMNS, second, first_lsn=48), (80, 1))
     assert destination.watermark(EVENTS) == (80, 1)
     assert sorted(r["a"] for r in reader(database)(EVENTS)) == ["2", "3"]  # type: ignore[type-var]
+
+
+def test_rows_added_and_removed_in_one_run_cancel_as_many_times_as_both_hold() -> None:
+    """``cancelled``: the common rows go from both sides, with their multiplicity; a NULL is
+    not '' and '1.0' is not '1.00' (rows are the same when their texts are)."""
+    inserts = pa.table(
+        {
+            "a": ["1", "1", "1", "2", None, "3", "4"],
+            "b": ["x", "x", "x", None, "y", "", "1.0"],
+        }
+    )
+    deletes = pa.table(
+        {"a": ["1", "1", "2", None, "3", "4", "9"], "b": ["x", "x", "", "y", None, "1.00", "x"]}
+    )
+
+    run = cancelled(MultisetRun(inserts=inserts, deletes=deletes))
+
+    def as_rows(t: pa.Table) -> list[tuple[str | None, ...]]:
+        return sorted(tuple(r.values()) for r in t.to_pylist())  # type: ignore[misc]
+
+    kept_inserts = pa.table({"a": ["1", "2", "3", "4"], "b": ["x", None, "", "1.0"]})
+    kept_deletes = pa.table({"a": ["2", "3", "4", "9"], "b": ["", None, "1.00", "x"]})
+    assert as_rows(run.inserts) == as_rows(kept_inserts)
+    assert as_rows(run.deletes) == as_rows(kept_deletes)
+
+
+def test_a_row_whose_text_changed_between_its_insert_and_delete_is_still_removed(
+    database: Database, destination: PostgresDestination
+) -> None:
+    """The same instant sent as two texts (the source's TimeZone changed between two captures)
+    does not cancel on the client; removing the old rows first finds no such row, and the run
+    is applied again, new rows first, from a savepoint: nothing is left and nothing is lost."""
+    cols = [column("a", INT4, key=True), column("at", TIMESTAMPTZ, key=True)]
+    destination.open_table(EVENTS, cols, 0)
+    first = [Change("I", {"a": "1", "at": "2024-01-01 00:00:00+00"})]
+    destination.apply(EVENTS, cols, change_batch(cols, first, first_lsn=16), (16, 1))
+    changes = [
+        Change("I", {"a": "2", "at": "2024-01-01 01:00:00+01"}),
+        Change("D", {"a": "2", "at": "2024-01-01 00:00:00+00"}),  # the same row
+        Change("D", {"a": "1", "at": "2024-01-01 00:00:00+00"}),
+    ]
+    destination.apply(EVENTS, cols, change_batch(cols, changes, first_lsn=32), (48, 1))
+    assert reader(database)(EVENTS) == []
+    assert destination.watermark(EVENTS) == (48, 1)

@@ -1,0 +1,17 @@
+"""Rows of PostgreSQL text as the CSV that ``COPY ... FROM STDIN (FORMAT csv)`` reads."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+
+
+def copy_text(rows: pa.Table) -> memoryview:
+    """``rows`` as PostgreSQL's CSV: every value quoted, which tells '' (quoted) from NULL
+    (nothing). pyarrow writes it into its own buffer without holding the GIL, so it can be
+    written in a worker thread while the server runs a statement."""
+    # without its empty chunks: pyarrow 26 writes a table whose first chunk is empty as NULs
+    rows = pa.Table.from_batches([b for b in rows.to_batches() if b.num_rows], schema=rows.schema)
+    sink = pa.BufferOutputStream()
+    pcsv.write_csv(rows, sink, pcsv.WriteOptions(include_header=False, quoting_style="all_valid"))
+    return memoryview(sink.getvalue())
