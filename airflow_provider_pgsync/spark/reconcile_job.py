@@ -102,7 +102,10 @@ def digest_table(spark: SparkSession, lake: LakeDestination, spec: dict[str, Any
         *(column_ref(c) if c in meta.columns else F.lit(None).cast(types[c]).alias(c) for c in columns)
     ).createOrReplaceTempView("pgsync_base")
     changes.select(
-        *(column_ref(c) if c in changes.columns else F.lit(None).cast(types[c]).alias(c) for c in columns),
+        *(
+            column_ref(c) if c in changes.columns else F.lit(None).cast(types[c]).alias(c)
+            for c in columns
+        ),
         *(F.col(n) for n, _ in RECORD_FIELDS),
     ).createOrReplaceTempView("pgsync_changes")
     current = spark.sql(
