@@ -22,6 +22,7 @@ from airflow_provider_pgsync.destinations.lake_tables import changes_dir, file_b
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from airflow_provider_pgsync.spark.lake_buckets import stage_bucketed
 
 KEYED, KEYLESS = TableRef("public", "items"), TableRef("public", "bag")
 
@@ -32,12 +33,21 @@ class Lake:
         self.lsn = 1000
 
     def baseline(
-        self, table: TableRef, rows: list[tuple[Any, ...]], names: list[str], keys: tuple[str, ...]
+        self,
+        table: TableRef,
+        rows: list[tuple[Any, ...]],
+        names: list[str],
+        keys: tuple[str, ...],
+        bucketed: bool = False,
     ) -> None:
+        """A baseline's base of ``rows``; ``bucketed``: laid out by key hash as it is written."""
         df = self.spark.createDataFrame(rows, "id long, v string" if keys else "x int, y string")
         writer = LakeBaseWriter(self.spark, self.lake, table, keys)
-        staged = writer.stage(df.toDF(*names))
-        written = writer.publish(staged)
+        if bucketed:
+            staged, buckets = stage_bucketed(writer, df.toDF(*names), keys, size_bytes=0)
+        else:
+            staged, buckets = writer.stage(df.toDF(*names)), 0
+        written = writer.publish(staged, buckets=buckets)
         writer.clean_up()
         assert written["rows"] == len(rows)
 
@@ -163,12 +173,18 @@ def main(warehouse: str) -> None:
         at.segment(KEYED, [("P", 3, "z")], names)
         model[3] = "z"
         step("after rebaseline")
-        # 6: a table without a key: rows counted
+        # 6: a baseline that lays its base out by key hash: the first compaction rewrites one bucket
+        model = {i: f"b{i}" for i in range(1, 801)}
+        at.baseline(KEYED, [(k, v) for k, v in model.items()], names, ("id",), bucketed=True)
+        at.segment(KEYED, [("P", 5, "bb"), ("D", 5, None), ("P", 5, "bbb")], names)
+        model[5] = "bbb"
+        step("bucketed baseline")
+        # 7: a table without a key: rows counted
         bag = [(1, "a"), (1, "a"), (2, "b"), (3, None)]
         at.baseline(KEYLESS, bag, ["x", "y"], ())
         at.segment(KEYLESS, [("-", 1, "a"), ("+", 2, "b"), ("+", 4, "d"), ("-", 3, None)], ["x", "y"])
         step("keyless", KEYLESS, [[1, "a"], [2, "b"], [2, "b"], [4, "d"]])
-        # 7: nothing new: nothing changes
+        # 8: nothing new: nothing changes
         step("again", KEYLESS, [[1, "a"], [2, "b"], [2, "b"], [4, "d"]])
     spark.stop()
     print("RESULT " + json.dumps(steps, default=str))

@@ -1,7 +1,8 @@
 """Compaction of lake tables built by hand in one Spark session (``compact_session.py``): a
 base laid out by key hash, only the buckets with changes rewritten, the other files left as
-they are; a bucket whose rows are all deleted; a TRUNCATE; a rebaseline; a table without a
-key. After every compaction the view shows what it showed before, and what the model holds."""
+they are; a bucket whose rows are all deleted; a TRUNCATE; a rebaseline; a baseline laid out
+by key hash; a table without a key. After every compaction the view shows what it showed
+before, and what the model holds."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def test_compaction_rewrites_only_the_buckets_with_changes(lake: Path) -> None:
     rebaselined, after = steps["rebaselined"], steps["after rebaseline"]
     assert rebaselined["result"]["buckets_rewritten"] == buckets and not _kept(rebaselined)
     assert after["result"]["buckets_rewritten"] == 1 and len(_kept(after)) == buckets - 1
+
+    laid_out = steps["bucketed baseline"]  # laid out by the baseline: no full rewrite
+    assert laid_out["result"]["buckets_rewritten"] == 1 and laid_out["result"]["files_rewritten"] == 1
+    assert len(_kept(laid_out)) == buckets - 1 == laid_out["result"]["files_kept"]
 
     assert steps["keyless"]["result"]["segments"] == 1 and "buckets" not in steps["keyless"]["result"]
     again = steps["again"]
