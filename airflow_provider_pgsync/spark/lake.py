@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -143,6 +144,14 @@ class LakeBaseWriter:
         self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
         self._warming.start()
 
+    def ready(self) -> float:
+        """Wait for the catalog's early start (``warm_up``); the seconds waited."""
+        started = time.monotonic()
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
+        return time.monotonic() - started
+
     def _start_catalog(self) -> None:
         try:
             if self._lock is not None:  # nobody can change the table before the swap
@@ -153,10 +162,21 @@ class LakeBaseWriter:
                 if self._upcoming is not None and self._view.database_exists:
                     location, schema = self._upcoming
                     self._changes_table(str(_version(location)), schema.jsonValue()["fields"])
+                if self._view.location is not None:
+                    self._resolve_view()
             else:  # a shared metastore: read the table at the swap, just start the client now
                 self.spark.catalog.databaseExists(self.destination.database)
         except Exception as exc:  # the swap reports it, with the lock held properly
             log.info("the catalog did not start early: %s", exc)
+
+    def _resolve_view(self) -> None:
+        """Analyse the current view, read only: the first analysis of a view over Parquet loads
+        the analyser's code and runs a job for its footers (measured: seconds on a busy machine),
+        which the swap's ``CREATE OR REPLACE VIEW`` then finds done."""
+        try:
+            self.spark.table(view_name(self.destination, self.table)).schema  # noqa: B018
+        except Exception as exc:  # e.g. no view yet: the swap creates it
+            log.info("the view of %s did not resolve early: %s", self.name, exc)
 
     def _read_view(self) -> CatalogView:
         if not self.spark.catalog.databaseExists(self.destination.database):
@@ -170,8 +190,7 @@ class LakeBaseWriter:
     def catalog(self) -> Iterator[None]:
         """Exclusive use of an embedded Derby metastore (one process at a time), released at
         exit; inside another table's ``catalog()`` block of this process, that block's."""
-        if self._warming is not None:
-            self._warming.join()
+        self.ready()
         local = self._derby_folder()
         if local is None or local in _HELD:
             yield
