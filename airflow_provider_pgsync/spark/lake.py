@@ -81,6 +81,8 @@ class LakeBaseWriter:
         self._view: CatalogView | None = None
         self._upcoming: tuple[str, StructType] | None = None  # the base being written, for warm_up
         self._ready_lineage: str | None = None  # whose changes table exists already
+        self._early_changes: str | None = None  # made by warm_up for a first baseline
+        self._alone = False  # warm_up found the embedded metastore this process's alone
         self._cleanup: tuple[set[str | None], set[str] | None] | None = None
 
     def new_location(self, version: str | None = None) -> str:
@@ -115,9 +117,17 @@ class LakeBaseWriter:
         filesystem.mkdirs(folder)
 
     def discard(self, location: str) -> None:
-        """Remove a version folder that never became the base (a failed write)."""
+        """Remove a version folder that never became the base (a failed write), and the changes
+        table ``warm_up`` made for it when it was the table's first base."""
         filesystem, folder = self._filesystem(location)
         filesystem.delete(folder, True)
+        early, self._early_changes = self._early_changes, None
+        if early is not None and self._alone:
+            self.ready()
+            try:
+                self.spark.sql(f"DROP TABLE IF EXISTS {early}")
+            except Exception as exc:  # the next rebaseline drops it with the other old lineages
+                log.warning("could not drop %s after the failed baseline: %s", early, exc)
 
     def _filesystem(self, location: str) -> tuple[Any, Any]:
         """Hadoop's FileSystem and Path of ``location`` (any URI Spark can write)."""
@@ -141,6 +151,8 @@ class LakeBaseWriter:
         local = self._derby_folder()
         if local is not None and local not in _HELD and not self._try_lock():
             return
+        # this process holds the embedded metastore (this job's lock, or another table's block)
+        self._alone = self._lock is not None or (local is not None and local in _HELD)
         self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
         self._warming.start()
 
@@ -154,25 +166,38 @@ class LakeBaseWriter:
 
     def _start_catalog(self) -> None:
         try:
-            if self._lock is not None:  # nobody can change the table before the swap
+            if self._alone:  # nobody can change the table before the swap
                 self._view = self._read_view()
-                # the lineage's changes table: nobody reads it before the swap, and should the
-                # write fail, the next rebaseline drops it with the other old lineages (a first
-                # baseline leaves it to the swap, so a failed one leaves the catalog as it was)
-                if self._upcoming is not None and self._view.database_exists:
+                # the lineage's changes table: nobody reads it before the swap; should the write
+                # fail, ``discard`` drops it for a first baseline, and the next rebaseline drops
+                # it with the other old lineages otherwise (a first baseline's database stays)
+                if self._upcoming is not None:
+                    if not self._view.database_exists:  # nobody sees it before the job ends
+                        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
+                        self._view = CatalogView(True, None, None)
                     location, schema = self._upcoming
-                    self._changes_table(str(_version(location)), schema.jsonValue()["fields"])
+                    lineage = str(_version(location))
+                    self._changes_table(lineage, schema.jsonValue()["fields"])
+                    if self._view.location is None:  # a first baseline: a failed copy drops it
+                        self._early_changes = changes_table(self.destination, self.table, lineage)
                 if self._view.location is not None:
-                    self._resolve_view()
+                    self._rehearse(self._view.location)
             else:  # a shared metastore: read the table at the swap, just start the client now
                 self.spark.catalog.databaseExists(self.destination.database)
         except Exception as exc:  # the swap reports it, with the lock held properly
             log.info("the catalog did not start early: %s", exc)
 
-    def _resolve_view(self) -> None:
-        """Analyse the current view, read only: the first analysis of a view over Parquet loads
-        the analyser's code and runs a job for its footers (measured: seconds on a busy machine),
-        which the swap's ``CREATE OR REPLACE VIEW`` then finds done."""
+    def _rehearse(self, location: str) -> None:
+        """Run the swap's kinds of metastore work once while the base is written, changing
+        nothing: set the base table's location to the one it has, and analyse the current view.
+
+        The first metastore write of a process compiles Derby's statements and loads the Hive
+        client's and the analyser's code, and the first analysis of a view over Parquet runs a
+        job for the footers: measured, the swap's ``ALTER TABLE`` and ``CREATE OR REPLACE VIEW``
+        took 3-20 s cold (2 cores, busy) and under a second each once warm. Only with the
+        embedded metastore, which this job holds alone (no reader sees the rehearsal).
+        """
+        self.spark.sql(f"ALTER TABLE {self.name} SET LOCATION {_literal(location)}")
         try:
             self.spark.table(view_name(self.destination, self.table)).schema  # noqa: B018
         except Exception as exc:  # e.g. no view yet: the swap creates it
@@ -272,6 +297,7 @@ class LakeBaseWriter:
             buckets=buckets,
         )
         self._open_generation(meta, before)
+        self._early_changes = None  # the swap made it the view's
         rebaselined = before is not None and before.lineage != meta.lineage
         self._cleanup = (
             {_version(staged.location), _version(previous)},
