@@ -94,7 +94,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
             "%s: Spark session ready in %.1f s%s (master %s, %d task slots), reading %d partition(s)%s",
             spec.table,
             session_seconds,
-            f" (then the catalog {catalog_wait:.1f} s more)" if catalog_wait >= 0.05 else "",
+            f" (the last {catalog_wait:.1f} s waiting for the catalog)" if catalog_wait >= 0.05 else "",
             spark.sparkContext.master,
             slots,
             len(predicates),
