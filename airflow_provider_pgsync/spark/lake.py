@@ -138,9 +138,10 @@ class LakeBaseWriter:
 
     def warm_up(self, location: str | None = None, schema: StructType | None = None) -> None:
         """Start the catalog (Spark's Hive client, seconds of work) and read what it holds for
-        the table while the data is written, so the swap itself is one metastore operation;
-        given the ``location`` and ``schema`` of the base being written, also create the
-        changes table of its lineage.
+        the table while the data is written; given the ``location`` and ``schema`` of the base
+        being written, also create the changes table of its lineage (and the database, for a
+        table's first base). With the embedded metastore it also rehearses the swap
+        (``_rehearse``), so the swap's ``ALTER TABLE`` and ``CREATE OR REPLACE VIEW`` run warm.
 
         An embedded Derby metastore admits one process at a time: when it is free now, this
         job holds it from here to the end of its swap (nobody else can change the table in
