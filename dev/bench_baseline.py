@@ -58,6 +58,27 @@ def bench_baseline(
     copy_rate = rows / min(copy_times)
     print(f"COPY TO STDOUT: best {min(copy_times):.2f} s of {len(copy_times)}, {copy_rate:,.0f} rows/s")
 
+    # a baseline needs its pipeline's slot, the same one for every run (the state remembers it);
+    # dropped at the end, so it retains no WAL
+    from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+
+    hook = PgReplicationHook(postgres_conn_id="pgsync_bench")
+    hook.ensure_slot("bench_baseline_slot")
+    try:
+        return _lake_and_postgres(cluster, rows, copy_rate, partition_mb, spark_conf, options)
+    finally:
+        hook.drop_slot("bench_baseline_slot")
+        cluster.destroy()
+
+
+def _lake_and_postgres(
+    cluster: Any,
+    rows: int,
+    copy_rate: float,
+    partition_mb: float,
+    spark_conf: dict[str, str],
+    options: dict[str, str],
+) -> float:
     results = _runs(partition_mb, spark_conf, options, [{"kind": "lake"}])
     best = min(results, key=lambda r: r["copy_seconds"])
     if best["rows"] != rows:
@@ -87,7 +108,6 @@ def bench_baseline(
         f"{pg_best['copy_seconds']:.2f} s, then key, analyze and swap {pg_best['finish_seconds']:.2f} s), "
         f"{rows / pg_seconds:,.0f} rows/s"
     )
-    cluster.destroy()
     print(f"baseline_pg_ratio={rows / pg_seconds / copy_rate:.2f}")
     ratio = ours_rate / copy_rate
     print(f"baseline_ratio={ratio:.2f}")  # the bar: stays the last line
@@ -101,23 +121,6 @@ def _runs(
     destinations: list[dict[str, str]],
 ) -> list[dict[str, Any]]:
     """Two baselines of the bench table into ``destinations``; the operator's results."""
-    from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-
-    # a baseline needs its pipeline's slot; dropped at once after, so it retains no WAL
-    hook = PgReplicationHook(postgres_conn_id="pgsync_bench")
-    hook.ensure_slot("bench_baseline_slot")
-    try:
-        return _timed_runs(partition_mb, spark_conf, options, destinations)
-    finally:
-        hook.drop_slot("bench_baseline_slot")
-
-
-def _timed_runs(
-    partition_mb: float,
-    spark_conf: dict[str, str],
-    options: dict[str, str],
-    destinations: list[dict[str, str]],
-) -> list[dict[str, Any]]:
     from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 
     results = []
