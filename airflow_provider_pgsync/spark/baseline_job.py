@@ -132,8 +132,9 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
                 )
                 + (
                     [
-                        f"swapped into {', '.join(w['table'] for w in lake_written)} in {catalog_seconds:.1f} s, "
-                        f"the catalog's start included (older versions removed in {cleanup_seconds:.1f} s more)"
+                        f"swapped into {', '.join(w['table'] for w in lake_written)} in "
+                        f"{catalog_seconds:.1f} s, the catalog's start included (older versions "
+                        f"removed in {cleanup_seconds:.1f} s more)"
                     ]
                     if lake_written and not spec.stage_as
                     else []
