@@ -86,27 +86,22 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
                     problem,
                 )
                 fast = False
-        catalog_wait = _catalog_ready(spark, writers)
-        # the wait is the catalog's start: counted with the swap in the baseline's own time (the
-        # benchmark's window), not in the session's
-        session_seconds = time.monotonic() - started - catalog_wait
+        session_seconds = time.monotonic() - started
         count = partition_count(spec.table_bytes, spec.target_partition_bytes, slots=slots)
         predicates = ctid_predicates(spec.blocks, count)
         log.info(
-            "%s: Spark session ready in %.1f s%s (master %s, %d task slots), reading %d partition(s)%s",
+            "%s: Spark session ready in %.1f s (master %s, %d task slots), reading %d partition(s)%s",
             spec.table,
             session_seconds,
-            f" (then {catalog_wait:.1f} s waiting for the catalog)" if catalog_wait >= 0.05 else "",
             spark.sparkContext.master,
             slots,
             len(predicates),
             f" of about {spec.rows_estimate:,} rows" if spec.rows_estimate > 0 else "",
         )
-        copy_started = time.monotonic() - catalog_wait
+        copy_started = time.monotonic()
         try:
             copied = _copy(spark, spec, predicates, writers, locations, fast)
             written, catalog_seconds, cleanup_seconds = copied
-            catalog_seconds += catalog_wait
         except Exception as exc:
             summary = summarise(exc)
             log.error("%s: baseline failed: %s", spec.table, summary)
@@ -133,8 +128,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
                 + (
                     [
                         f"swapped into {', '.join(w['table'] for w in lake_written)} in "
-                        f"{catalog_seconds:.1f} s, the catalog's start included (older versions "
-                        f"removed in {cleanup_seconds:.1f} s more)"
+                        f"{catalog_seconds:.1f} s (older versions removed in {cleanup_seconds:.1f} s more)"
                     ]
                     if lake_written and not spec.stage_as
                     else []
@@ -153,19 +147,6 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         )
     finally:
         spark.stop()
-
-
-def _catalog_ready(spark: SparkSession, writers: list[LakeBaseWriter]) -> float:
-    """On a ``local`` master, wait for the catalog's early start before the copy; the seconds waited.
-
-    There the driver's catalog thread and the copy's tasks share the machine's cores: started
-    beside the copy it slowed the copy down, and the swap still waited for it (measured on two
-    cores: 11-22 s of waiting at the swap on a busy machine). It starts with the executors'
-    Python workers instead. On a cluster the driver has its own cores: it overlaps the copy.
-    """
-    if not (spark.sparkContext.master or "").startswith("local"):
-        return 0.0
-    return sum(writer.ready() for writer in writers)
 
 
 def _start_python_workers(spark: SparkSession, slots: int) -> str | None:
