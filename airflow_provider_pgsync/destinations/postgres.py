@@ -393,7 +393,11 @@ class PostgresDestination(Destination):
         keys = key_columns(columns)
         others = [n for n in names if n not in keys]
         op = _free_name(names, "op")
-        staged = self._new_stage(table, names, extra=sql.SQL("''::text AS {}").format(sql.Identifier(op)))
+        # a deleted key's other columns are staged NULL: they take their base type there (CASE
+        # drops a domain, whose NOT NULL would refuse them); the UPDATE assigns the domain back
+        staged = self._new_stage(
+            table, names, extra=sql.SQL("''::text AS {}").format(sql.Identifier(op)), loose=others
+        )
         self._copy_csv(staged, [op, *names], staged_csv)
         count = self._conn.execute(
             sql.SQL(
@@ -463,13 +467,24 @@ class PostgresDestination(Destination):
         return staged
 
     def _new_stage(
-        self, table: TableRef, names: list[str], *, extra: sql.Composable | None = None
+        self,
+        table: TableRef,
+        names: list[str],
+        *,
+        extra: sql.Composable | None = None,
+        loose: Sequence[str] = (),
     ) -> sql.Identifier:
-        """A new empty temporary table (dropped at commit) of ``names`` typed as in ``table``,
-        after an ``extra`` column (SQL ``<value> AS <name>``) if given."""
+        """A new empty temporary table (dropped at commit) of ``names`` typed as in ``table``
+        (the ``loose`` ones as their domain's base type), after an ``extra`` column (SQL
+        ``<value> AS <name>``) if given."""
         self._staged += 1
         staged = sql.Identifier(f"pgsync_stage_{self._staged}")
-        selected = sql.SQL(", ").join(map(sql.Identifier, names))
+        selected = sql.SQL(", ").join(
+            sql.SQL("CASE WHEN false THEN {0} END AS {0}").format(sql.Identifier(n))
+            if n in loose
+            else sql.Identifier(n)
+            for n in names
+        )
         if extra is not None:
             selected = sql.SQL("{}, {}").format(extra, selected)
         self._conn.execute(

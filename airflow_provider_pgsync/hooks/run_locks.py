@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -109,7 +109,12 @@ def session_lock(
             time.sleep(0.1)  # a probe's bounded peek ends within moments
         yield HeldLock(conn, lock_class, key, lost)
     finally:
-        conn.close()  # ends the session, which releases the lock
+        # released before the session ends: a backend exits a moment after its client closes,
+        # and the next run (e.g. capture right after capture) would find it still holding the lock
+        if not conn.closed and not conn.broken:
+            with suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (lock_class, key))
+        conn.close()
 
 
 def lock_holder(conn: psycopg.Connection[Any], lock_class: int, key: str) -> str:

@@ -171,11 +171,9 @@ class LakeBaseWriter:
                 self._view = self._read_view()
                 # the lineage's changes table: nobody reads it before the swap; should the write
                 # fail, ``discard`` drops it for a first baseline, and the next rebaseline drops
-                # it with the other old lineages otherwise (a first baseline's database stays)
-                if self._upcoming is not None:
-                    if not self._view.database_exists:  # nobody sees it before the job ends
-                        self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
-                        self._view = CatalogView(True, None, None)
+                # it with the other old lineages otherwise (a new lake's database is left to the
+                # swap, so a failed first baseline leaves the catalog as it was)
+                if self._upcoming is not None and self._view.database_exists:
                     location, schema = self._upcoming
                     lineage = str(_version(location))
                     self._changes_table(lineage, schema.jsonValue()["fields"])
