@@ -16,7 +16,6 @@ import fcntl
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -157,13 +156,11 @@ class LakeBaseWriter:
         self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
         self._warming.start()
 
-    def ready(self) -> float:
-        """Wait for the catalog's early start (``warm_up``); the seconds waited."""
-        started = time.monotonic()
+    def ready(self) -> None:
+        """Wait for the catalog's early start (``warm_up``)."""
         if self._warming is not None:
             self._warming.join()
             self._warming = None
-        return time.monotonic() - started
 
     def _start_catalog(self) -> None:
         try:

@@ -23,6 +23,7 @@ from tests.capture.conftest import Pipeline
 from tests.conftest import Database
 
 SESSION = Path(__file__).with_name("lake_session.py")
+REPO = Path(__file__).resolve().parents[2]
 
 
 def baseline(
@@ -67,7 +68,9 @@ def lake_session(lake: Path, steps: list[dict[str, Any]]) -> list[Any]:
 def run_session(script: Path, args: list[str], timeout: float) -> Any:
     """Run a Spark session ``script`` as a process of its own, as the jobs run; the JSON it
     printed last after ``RESULT``."""
-    env = {**os.environ, **driver_environment()}
+    # the scripts import the tests' own helpers (``tests.spark.lake_spark``)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, **driver_environment(), "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, str(script), *args],
         capture_output=True,

@@ -9,23 +9,16 @@ import json
 import sys
 from pathlib import Path
 
-from pyspark.sql import SparkSession
-
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from tests.spark.lake_spark import lake_test_session
 
 
 def main(warehouse: str, steps_json: str) -> None:
     lake = LakeDestination.from_config({"warehouse": warehouse})
-    builder = SparkSession.builder.master("local[2]").appName("pgsync test")
-    for key, value in lake.spark_conf().items():
-        builder = builder.config(key, value)
-    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark = lake_test_session(lake, "pgsync test")
     results: list[object] = []
     with LakeBaseWriter(spark, lake, TableRef("public", "any")).catalog():
         for step in json.loads(steps_json):

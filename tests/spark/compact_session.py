@@ -23,6 +23,7 @@ from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
 from airflow_provider_pgsync.spark.lake_buckets import stage_bucketed
+from tests.spark.lake_spark import lake_test_session
 
 KEYED, KEYLESS = TableRef("public", "items"), TableRef("public", "bag")
 
@@ -103,13 +104,7 @@ def model_rows(model: dict[int, str]) -> list[list[Any]]:
 
 def main(warehouse: str) -> None:
     lake = LakeDestination.from_config({"warehouse": warehouse})
-    builder = SparkSession.builder.master("local[2]").appName("pgsync compaction test")
-    for key, value in lake.spark_conf().items():
-        builder = builder.config(key, value)
-    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark = lake_test_session(lake, "pgsync compaction test")
     steps: list[dict[str, Any]] = []
     at = Lake(spark, lake)
     names = ["id", "v"]

@@ -10,13 +10,13 @@ import sys
 from typing import Any
 
 from compact_session import Lake
-from pyspark.sql import SparkSession
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_tables import changes_table, view_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
+from tests.spark.lake_spark import lake_test_session
 
 TABLE, FAILED = TableRef("public", "items"), TableRef("public", "never")
 SCHEMA = "id long, v string"
@@ -24,12 +24,7 @@ SCHEMA = "id long, v string"
 
 def main(warehouse: str) -> None:
     lake = LakeDestination.from_config({"warehouse": warehouse})
-    builder = SparkSession.builder.master("local[2]").appName("pgsync swap test")
-    for key, value in lake.spark_conf().items():
-        builder = builder.config(key, value)
-    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = lake_test_session(lake, "pgsync swap test")
     at = Lake(spark, lake)
     seen: dict[str, Any] = {}
 
