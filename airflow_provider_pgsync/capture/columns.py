@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_pgsync.changelog.schema import UNCHANGED, old_key_column, segment_schema
+from airflow_provider_pgsync.capture.tuple_fields import Fallback, be_ints, read_changes
+from airflow_provider_pgsync.changelog.schema import segment_schema
 from airflow_provider_pgsync.changelog.xids import widen_xids
 from airflow_provider_pgsync.errors import DecodeError
 from airflow_provider_pgsync.pgoutput import (
@@ -40,8 +41,6 @@ from airflow_provider_pgsync.state.model import ColumnInfo
 
 _B, _C, _I, _U, _D = ord("B"), ord("C"), ord("I"), ord("U"), ord("D")
 _R, _T, _Y, _O, _M = ord("R"), ord("T"), ord("Y"), ord("O"), ord("M")
-_N, _K, _OLD = ord("N"), ord("K"), ord("O")
-_NULL, _UNCHANGED, _TEXT = ord("n"), ord("u"), ord("t")
 _RARE = (_R, _T, _Y, _O, _M)
 _PG_EPOCH_UNIX_US = 946_684_800_000_000
 _OPS = np.frombuffer(b"IUDT", dtype=np.uint8)  # op codes 0..3 -> letters
@@ -77,10 +76,6 @@ class _OpenTransaction:
     commit_lsn: int
     commit_ts: int
     next_seq: int
-
-
-class _Fallback(Exception):
-    """The vectorised reading met something unexpected: decode one by one instead."""
 
 
 class ColumnBatcher:
@@ -132,7 +127,7 @@ class ColumnBatcher:
         starts = ends - lens
         try:
             out = self._feed(data, starts, ends)
-        except _Fallback as why:
+        except Fallback as why:
             self._raise_precise(data, starts, ends, str(why))
             raise AssertionError("unreachable") from None  # pragma: no cover
         self.payloads += len(lens)
@@ -144,7 +139,7 @@ class ColumnBatcher:
         n = len(starts)
         lens = ends - starts
         if lens.min() < 1:
-            raise _Fallback("empty payload")
+            raise Fallback("empty payload")
         buf = np.frombuffer(data, dtype=np.uint8)
         tags = buf[starts]
 
@@ -152,31 +147,31 @@ class ColumnBatcher:
         is_change = (tags == _I) | (tags == _U) | (tags == _D)
         rare = np.flatnonzero(np.isin(tags, _RARE))
         if int(is_b.sum() + is_c.sum() + is_change.sum()) + len(rare) != n:
-            raise _Fallback("a message that capture does not expect (streaming is not requested)")
+            raise Fallback("a message that capture does not expect (streaming is not requested)")
 
         # transaction structure: depth after each message is 0 or 1, changes inside
         carried = 1 if self.open is not None else 0
         depth = carried + np.cumsum(is_b.astype(np.int64) - is_c.astype(np.int64))
         if ((depth < 0) | (depth > 1)).any() or (depth[is_b] != 1).any():
-            raise _Fallback("Begin and Commit do not alternate")
+            raise Fallback("Begin and Commit do not alternate")
         if (depth[is_change] != 1).any():
-            raise _Fallback("a change outside a transaction")
+            raise Fallback("a change outside a transaction")
         if (lens[is_change] < 8).any():
-            raise _Fallback("a change message too short for its header")
+            raise Fallback("a change message too short for its header")
 
         # transaction of each message: 0 = the one carried over, k = k-th Begin here
         tix = np.cumsum(is_b)
         begins = np.flatnonzero(is_b)
         if ((lens[begins] != 21).any()) or (lens[is_c] != 26).any():
-            raise _Fallback("Begin or Commit of unexpected length")
+            raise Fallback("Begin or Commit of unexpected length")
         b_pos = starts[begins]
         carry = self.open or _OpenTransaction(0, 0, 0, 0)
-        begun = _be(buf, b_pos + 17, ">u4")
+        begun = be_ints(buf, b_pos + 17, ">u4")
         if self.xid_reference is not None:
             begun = widen_xids(begun, self.xid_reference)
         xids = _prepend(carry.xid, begun)
-        commit_lsns = _prepend(carry.commit_lsn, _be(buf, b_pos + 1, ">u8"))
-        commit_ts = _prepend(carry.commit_ts, _be(buf, b_pos + 9, ">i8"))
+        commit_lsns = _prepend(carry.commit_lsn, be_ints(buf, b_pos + 1, ">u8"))
+        commit_ts = _prepend(carry.commit_ts, be_ints(buf, b_pos + 9, ">i8"))
         # a message of a transaction that is durable already (a re-run) was taken into account then
         done = commit_lsns[tix[rare]] < self.skip_before if self.skip_before else np.zeros(len(rare), bool)
         relation_at, truncates = self._rare_messages(data, starts, ends, rare, depth, done, xids[tix[rare]])
@@ -196,7 +191,7 @@ class ColumnBatcher:
         # carry the open transaction, remember the last commit
         commits = starts[is_c]
         if len(commits):
-            self.last_end_lsn = int(_be(buf, commits[-1:] + 10, ">u8")[0])
+            self.last_end_lsn = int(be_ints(buf, commits[-1:] + 10, ">u8")[0])
             self.transactions += len(commits)
         if depth[-1] == 1:
             k = int(tix[-1])
@@ -230,13 +225,13 @@ class ColumnBatcher:
                 relation_at.setdefault(message.relation_id, []).append((index, tv))
             elif isinstance(message, Truncate):
                 if depth[index] != 1:
-                    raise _Fallback("a Truncate outside a transaction")
+                    raise Fallback("a Truncate outside a transaction")
                 truncates.append((index, message))
             elif isinstance(message, LogicalMessage):
                 if self.on_message is not None and not was_done:
                     self.on_message(message, int(xid))
             elif not isinstance(message, Type | Origin):  # pragma: no cover
-                raise _Fallback(f"unexpected {type(message).__name__}")
+                raise Fallback(f"unexpected {type(message).__name__}")
         return relation_at, truncates
 
     def _tables(
@@ -253,7 +248,7 @@ class ColumnBatcher:
     ) -> list[tuple[TableVersion, _Rows]]:
         """Group the changes by table version (in message order) and read their tuples."""
         changes = np.flatnonzero(is_change)
-        relids = _be(buf, starts[changes] + 1, ">u4") if len(changes) else np.empty(0, np.uint32)
+        relids = be_ints(buf, starts[changes] + 1, ">u4") if len(changes) else np.empty(0, np.uint32)
         rows: dict[tuple[int, int], tuple[TableVersion, list[np.ndarray], list[tuple[int, int]]]] = {}
 
         def group(tv: TableVersion) -> tuple[TableVersion, list[np.ndarray], list[tuple[int, int]]]:
@@ -275,7 +270,9 @@ class ColumnBatcher:
         out = []
         for tv, parts, trunc in rows.values():
             positions = np.concatenate(parts) if parts else np.empty(0, np.int64)
-            ops, values = _read_changes(tv, buf, starts[positions], ends[positions], tags[positions])
+            ops, values = read_changes(
+                tv.relation.columns, buf, starts[positions], ends[positions], tags[positions]
+            )
             found = _Rows(ops, seq_end[positions] - 1, tix[positions], values)
             if trunc:
                 found = _with_truncates(found, positions, trunc, tix)
@@ -297,7 +294,7 @@ class ColumnBatcher:
             if len(part) == 0:
                 continue
             if tv is None:
-                raise _Fallback(f"a change of relation {relid} before its Relation message")
+                raise Fallback(f"a change of relation {relid} before its Relation message")
             parts.append((tv, part))
         return parts
 
@@ -309,7 +306,7 @@ class ColumnBatcher:
             if at < index:
                 current = tv
         if current is None:
-            raise _Fallback(f"a change of relation {relid} before its Relation message")
+            raise Fallback(f"a change of relation {relid} before its Relation message")
         return current
 
     # ---- precise errors ------------------------------------------------------------------
@@ -371,162 +368,6 @@ def arrow_payloads(payloads: pa.Array) -> tuple[bytes, np.ndarray]:
 def join_payloads(payloads: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     """The payloads as one buffer and their lengths (what ``feed_joined`` takes)."""
     return b"".join(payloads), np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
-
-
-def _be(buf: np.ndarray, positions: np.ndarray, dtype: str) -> np.ndarray:
-    """Big-endian integers of ``dtype`` read at each position of ``buf``.
-
-    A view with a stride of one byte makes element ``i`` the integer stored at byte
-    ``i``, so reading at arbitrary (unaligned) positions is one 1-D gather.
-    """
-    native = np.dtype(dtype).newbyteorder("=")
-    size = np.dtype(dtype).itemsize
-    if len(positions) == 0:
-        return np.empty(0, native)
-    if len(buf) < size:
-        raise _Fallback("a field runs past the end of the payloads")
-    view = np.ndarray(shape=(len(buf) - size + 1,), dtype=dtype, buffer=buf, strides=(1,))
-    return view[positions].astype(native)
-
-
-def _read_changes(
-    tv: TableVersion, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, tags: np.ndarray
-) -> tuple[np.ndarray, dict[str, pa.Array]]:
-    """Op codes, and old key and row columns, of Insert/Update/Delete messages of one table version."""
-    n = len(starts)
-    ncols = len(tv.relation.columns)
-    if n and (ends - starts < 8).any():
-        raise _Fallback("change message too short")
-    sub = buf[starts + 5] if n else np.empty(0, np.uint8)
-    is_i, is_u, is_d = tags == _I, tags == _U, tags == _D
-    if (is_i & (sub != _N)).any() or (is_u & ~np.isin(sub, (_N, _K, _OLD))).any():
-        raise _Fallback("bad tuple sub-tag")
-    if (is_d & ~np.isin(sub, (_K, _OLD))).any():
-        raise _Fallback("bad tuple sub-tag")
-    has_old = is_d | (is_u & (sub != _N))
-    new_ptr = np.where(has_old, -1, starts + 6)
-
-    old = np.flatnonzero(has_old)
-    old_kinds, old_start, old_len, old_end = _tuples(buf, starts[old] + 6, ends[old], ncols)
-    old_updates = is_u[old]
-    if len(old):
-        after = old_end[old_updates]
-        if (after >= ends[old][old_updates]).any() or (buf[after] != _N).any():
-            raise _Fallback("no new tuple after the old one")
-        if (old_end[~old_updates] != ends[old][~old_updates]).any():
-            raise _Fallback("trailing bytes after a Delete")
-        new_ptr[old[old_updates]] = after + 1
-    new = np.flatnonzero(new_ptr >= 0)
-    new_kinds, new_start, new_len, new_end = _tuples(buf, new_ptr[new], ends[new], ncols)
-    if (new_end != ends[new]).any():
-        raise _Fallback("trailing bytes after the new tuple")
-
-    names = [c.name for c in tv.relation.columns]
-    keys = [j for j, c in enumerate(tv.relation.columns) if c.is_key]
-    ops = np.where(is_i, 0, np.where(is_u, 1, 2)).astype(np.uint8)
-    # every string column in one pass: the old keys, then the row columns
-    kinds = np.full((len(keys) + ncols, n), _NULL, np.uint8)
-    starts_ = np.zeros((len(keys) + ncols, n), np.int64)
-    lengths = np.zeros((len(keys) + ncols, n), np.int64)
-    kinds[: len(keys), old] = old_kinds[:, keys].T
-    starts_[: len(keys), old] = old_start[:, keys].T
-    lengths[: len(keys), old] = old_len[:, keys].T
-    kinds[len(keys) :, new] = new_kinds.T
-    starts_[len(keys) :, new] = new_start.T
-    lengths[len(keys) :, new] = new_len.T
-    columns = _strings(buf, kinds, starts_, lengths)
-    out: dict[str, pa.Array] = {UNCHANGED: _unchanged(names, n, new, new_kinds)}
-    for k, j in enumerate(keys):
-        out[old_key_column(names[j])] = columns[k]
-    for j, name in enumerate(names):
-        out[name] = columns[len(keys) + j]
-    return ops, out
-
-
-def _tuples(
-    buf: np.ndarray, ptr: np.ndarray, end: np.ndarray, ncols: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Kinds, value starts and lengths of TupleData at each pointer; and where each ends."""
-    n = len(ptr)
-    kinds = np.empty((n, ncols), np.uint8)
-    vstart = np.empty((n, ncols), np.int64)
-    vlen = np.zeros((n, ncols), np.int64)
-    if n == 0:
-        return kinds, vstart, vlen, ptr
-    if (ptr + 2 > end).any() or (_be(buf, ptr, ">i2") != ncols).any():
-        raise _Fallback("tuple column count differs from the Relation")
-    off = ptr + 2
-    limit = len(buf) - 4
-    for j in range(ncols):
-        if (off >= end).any():
-            raise _Fallback("tuple ends early")
-        kind = buf[off]
-        text = kind == _TEXT
-        if (~text & (kind != _NULL) & (kind != _UNCHANGED)).any():
-            raise _Fallback("unexpected tuple kind (binary values are not requested)")
-        length = np.where(text, _be(buf, np.minimum(off + 1, limit), ">i4"), 0).astype(np.int64)
-        nxt = np.where(text, off + 5 + length, off + 1)
-        if (length < 0).any() or (nxt > end).any():
-            raise _Fallback("bad value length")
-        kinds[:, j] = kind
-        vstart[:, j] = off + 5
-        vlen[:, j] = length
-        off = nxt
-    return kinds, vstart, vlen, off
-
-
-def _strings(buf: np.ndarray, kinds: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> list[pa.Array]:
-    """String columns from (columns, rows) arrays of tuple kinds, value starts and lengths.
-
-    The values are cut out of the payloads by Arrow's ``take`` (one copy per value, in C++)
-    instead of a NumPy gather of every byte through an index: a binary array over the whole
-    buffer whose offsets alternate between value starts and ends (in buffer order) holds
-    every value at an even position. The values are checked as UTF-8 once, and each column
-    is a zero-copy slice of the one array taken.
-    """
-    ncols, n = kinds.shape
-    valid = (kinds == _TEXT).ravel()
-    nulls = ncols * n - int(valid.sum())
-    if len(buf) >= 2**31:
-        raise _Fallback("more than 2 GiB of payloads in one fetch")  # pragma: no cover
-    present = np.flatnonzero(valid)
-    if len(present) == 0:
-        return [pa.nulls(n, pa.string()) for _ in range(ncols)]
-    first = starts.ravel()[present]
-    order = np.argsort(first, kind="stable")
-    bounds = np.empty(2 * len(present), np.int32)
-    bounds[0::2] = first[order]
-    bounds[1::2] = first[order] + lengths.ravel()[present][order]
-    if (np.diff(bounds) < 0).any() or bounds[-1] > len(buf):
-        raise _Fallback("values overlap or run past the payloads")
-    buffers = [None, pa.py_buffer(bounds), pa.py_buffer(buf)]
-    pieces = pa.BinaryArray.from_buffers(pa.binary(), len(bounds) - 1, buffers)
-    rank = np.empty(len(present), np.int64)
-    rank[order] = np.arange(len(present))
-    index = np.zeros(ncols * n, np.int64)
-    index[present] = 2 * rank
-    taken = pieces.take(pa.array(index, mask=~valid) if nulls else pa.array(index))
-    values = taken.view(pa.string())
-    try:
-        values.validate(full=True)
-    except pa.ArrowInvalid:
-        raise _Fallback("a text value is not valid UTF-8") from None
-    return [values.slice(c * n, n) for c in range(ncols)]
-
-
-def _unchanged(names: list[str], n: int, rows: np.ndarray, kinds: np.ndarray) -> pa.Array:
-    """Per row, the names of the columns sent as unchanged TOAST (null when none)."""
-    flags = np.zeros((n, len(names)), dtype=bool)
-    flags[rows] = kinds == _UNCHANGED
-    counts = flags.sum(axis=1)
-    if not counts.any():
-        return pa.nulls(n, pa.list_(pa.string()))
-    offsets = np.zeros(n + 1, np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    _, cols = np.nonzero(flags)
-    values = pa.array(names, pa.string()).take(pa.array(cols))
-    mask = pa.array(counts == 0)
-    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=mask)
 
 
 @dataclass
