@@ -11,10 +11,11 @@ import pytest
 from airflow_provider_pgsync.errors import ReconcileError
 from airflow_provider_pgsync.hooks.reconcile_pg import PgSide, open_source_snapshot
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.reconcile.canonical import md5_hex, row_text
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.phases import DataSync
+from airflow_provider_pgsync.state.phases import DataSync, Ready
 from airflow_provider_pgsync.state.store import update_state
 from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, exported_snapshot, rows
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
@@ -188,3 +189,67 @@ def test_a_table_without_a_key_stays_equal_after_its_hand_off(
         _operator(pipeline, replica_conn_id).execute({"ti": ti})  # type: ignore[arg-type]
     [bag] = ti.xcom["result"]["tables"]
     assert (bag["status"], bag["extra"]) == ("equal", 0), bag  # before the hand-off's mark: 20 extra
+
+
+@pytest.mark.slow
+def test_reconcile_after_each_kind_of_ddl_and_after_a_rebaseline(
+    make_pipeline: MakePipeline,
+    database: Database,
+    replica: Database,
+    replica_conn_id: str,
+    source_conn_id: str,
+) -> None:
+    """A column added and one dropped (the replica follows both), then the table rebaselined
+    (Spark) over a difference made by hand: reconcile compares the columns the table has now,
+    finds a difference in the added column, and finds none once the rebaseline replaced it."""
+    pipeline = make_pipeline(DDL[:1], ["public.items"])
+    _empty_baseline(pipeline, database, "public.items")
+    database.execute(
+        "INSERT INTO items (id, v, f) SELECT g, 'v' || g, g / 7.0 FROM generate_series(1, 500) g"
+    )
+    pipeline.capture_until_idle()
+    apply_into(pipeline, replica)
+
+    database.execute("ALTER TABLE items ADD COLUMN note text DEFAULT 'n'")
+    database.execute("ALTER TABLE items DROP COLUMN f")
+    database.execute("UPDATE items SET note = 'changed ' || id WHERE id %% 10 = 0")
+    database.execute("INSERT INTO items (id, v, note) VALUES (501, 'after the ddl', 'new')")
+    pipeline.capture_until_idle()
+    apply_into(pipeline, replica)
+    assert rows(replica, "public.items") == rows(database, "public.items")
+
+    def cdc() -> None:  # reconcile waits for the destination to reach its source snapshot
+        pipeline.capture()
+        apply_into(pipeline, replica)
+
+    with looping(cdc):
+        equal = _operator(pipeline, replica_conn_id).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
+    assert [(t["table"], t["status"], t["source_rows"]) for t in equal["tables"]] == [
+        ("public.items", "equal", 501)
+    ]
+
+    replica.execute("UPDATE items SET note = 'edited' WHERE id = 7")  # the added column only
+    ti = RecordingTI()
+    with looping(cdc), pytest.raises(ReconcileError) as failed:
+        _operator(pipeline, replica_conn_id, sample_size=5).execute({"ti": ti})  # type: ignore[arg-type]
+    assert "public.items in replica: 0 missing, 0 extra, 1 different" in str(failed.value)
+    [items] = ti.xcom["result"]["tables"]
+    assert items["samples"]["different"] == [{"id": "7"}]
+
+    # the rebaseline replaces the replica's table from a new snapshot: the edit is gone
+    PgBaselineOperator(
+        task_id="baseline",
+        pipeline=pipeline.name,
+        table="public.items",
+        postgres_conn_id=source_conn_id,
+        destinations=[{"kind": "postgres", "conn_id": replica_conn_id, "name": "replica"}],
+        state_backend="postgres",
+        rebaseline=True,
+    ).execute({"ti": None})  # type: ignore[typeddict-item]
+    database.execute("UPDATE items SET v = 'after the rebaseline' WHERE id <= 3")
+    pipeline.capture_until_idle()
+    apply_into(pipeline, replica)
+    assert pipeline.state().table("public.items").destination("replica").phase == Ready()
+    with looping(cdc):
+        again = _operator(pipeline, replica_conn_id).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
+    assert [(t["status"], t["source_rows"], t["different"]) for t in again["tables"]] == [("equal", 501, 0)]
