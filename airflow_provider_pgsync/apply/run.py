@@ -23,7 +23,12 @@ from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID, segment_schema
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
+from airflow_provider_pgsync.destinations.protocol import (
+    Destination,
+    SchemaAnswer,
+    SchemaDecision,
+    schema_decision,
+)
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.state.model import (
     Backfill,
@@ -106,6 +111,9 @@ def apply_table(
         and state.last_end_lsn is not None
         and state.last_end_lsn >= phase.baseline_lsn
     )
+    # a hand-off starts from the columns the baseline copied: a change of them between its
+    # snapshot and the first captured change is a schema change like any other
+    copied = phase.schema_version if isinstance(phase, SyncDone) and watermark is None else None
     applied = in_base = 0
     batches: Generator[tuple[int, pa.RecordBatch], None, None] | None = None
     try:
@@ -118,17 +126,24 @@ def apply_table(
         )
         # the next batch is read while the destination applies this one
         batches = prefetched(_regroup(changes_read, batch_rows, batch_bytes))
+        # the version the destination's columns are at: the last applied, or the baseline's copy
+        since = known if known is not None else copied
         for version, batch in batches:
             columns = versions[version]
-            if known is not None and version != known:
+            if since is not None and version != since:
                 change = SchemaChange()
-                for between in sorted(v for v in started if known < v <= version):
+                for between in sorted(v for v in started if since < v <= version):
                     change = change.joined(started[between])
-                diff = diff_columns(versions.get(known, table_state.columns), columns, change)
+                before = columns_of_version.get(since)
+                if before is None and known is not None:
+                    before = list(table_state.columns)
+                diff = diff_columns(before or (), columns, change)
                 if isinstance(phase, SyncDone) and _seen_by_baseline(change, phase):
                     # the baseline read the catalog after this DDL: it copied the new columns
                     decision = schema_decision(SchemaAnswer.CONTINUE)
                     destination.open_table(table, columns, version)
+                elif not before or version < since:
+                    decision = _unknown_copy(batch, phase, since, version)
                 else:
                     decision = schema_decision(destination.change_schema(table, diff))
                 if decision.answer is not SchemaAnswer.CONTINUE:
@@ -136,7 +151,7 @@ def apply_table(
                         key,
                         destination.name,
                         decision,
-                        diff.describe(type_text),
+                        diff.describe(type_text) if before else f"schema version {since} to {version}",
                         phase,
                         on_schema_change=on_schema_change,
                         baseline_dag_id=baseline_dag_id,
@@ -144,6 +159,7 @@ def apply_table(
                     log.warning("%s in %s: %s", key, destination.name, reason)
                     return TableApplied(key, applied, in_base, watermark, moved, schema_change=reason)
             known = version
+            since = max(version, since) if since is not None else version
             upto = _last_key(batch)
             changes = _after_baseline(batch, phase) if isinstance(phase, SyncDone) else batch
             destination.apply(table, columns, changes, upto)
@@ -233,6 +249,21 @@ def _handoff_mark(segments: Sequence[SegmentInfo], watermark: Key | None) -> Key
         return None
     mark = (max(s.last_commit_lsn for s in segments).value, HANDOFF_SEQ)
     return mark if watermark is None or mark > watermark else None
+
+
+def _unknown_copy(batch: pa.RecordBatch, phase: TablePhase, copied: int, version: int) -> SchemaDecision:
+    """At a hand-off, changes of schema version ``version`` where the baseline copied version
+    ``copied`` and the changelog does not hold the columns of that copy: Continue when the
+    baseline's snapshot saw every change of the batch (they are in its base: changes of columns
+    older than the copy committed before the DDL it saw), else Rebaseline, since nothing tells
+    whether the copy's columns can take them."""
+    if version < copied and isinstance(phase, SyncDone) and _after_baseline(batch, phase).num_rows == 0:
+        return SchemaDecision(SchemaAnswer.CONTINUE)
+    return SchemaDecision(
+        SchemaAnswer.REBASELINE,
+        f"its baseline copied the columns of schema version {copied}, which the changelog does not "
+        f"describe, and the changes after it have the columns of version {version}",
+    )
 
 
 def _seen_by_baseline(change: SchemaChange, done: SyncDone) -> bool:

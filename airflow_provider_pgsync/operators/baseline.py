@@ -245,6 +245,10 @@ class PgBaselineOperator(BaseOperator):
 
             def finish(state: PipelineState) -> PipelineState:
                 version = moves.copied_version(state.table(key), columns)
+                # the columns copied become the table's first known ones if capture has seen none
+                # yet: a change of them before capture first sees the table then starts a new
+                # schema version, which apply checks against this copy
+                state = state.with_first_columns(key, columns)
                 return moves.finished(state, key, names, dataclasses.replace(done, schema_version=version))
 
             update_state(store, self.pipeline, finish)

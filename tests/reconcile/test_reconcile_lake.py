@@ -15,11 +15,13 @@ import pytest
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
-from airflow_provider_pgsync.errors import ReconcileError
+from airflow_provider_pgsync.errors import ApplyFailedError, ReconcileError
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
+from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.state.phases import Init, Ready
 from tests.apply.lake import apply_lake, baseline
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
@@ -148,3 +150,79 @@ def test_differences_in_the_lake_are_found_while_a_writer_runs(
             assert [t["status"] for t in repaired["tables"]] == ["equal", "equal", "equal"], repaired
         runs_during = loop.runs
     assert len(written) > 10 and runs_during > 1
+
+
+@pytest.mark.slow
+def test_the_lake_reconciles_after_each_kind_of_ddl_and_after_a_rebaseline(
+    make_pipeline: MakePipeline, database: Database, source_conn_id: str, lake: Path
+) -> None:
+    """A column added with a default (rows before it hold the default in the source) and one
+    dropped right after the baseline: the lake goes back to baseline (it cannot follow either),
+    and once rebaselined reconciles equal over the new columns; a value edited by hand in its
+    base is found; a rebaseline replaces the base and the lake reconciles equal again."""
+    pipeline = make_pipeline(
+        [
+            "CREATE TABLE items (id bigint PRIMARY KEY, v text, f float8)",
+            "INSERT INTO items SELECT g, 'v' || g, g / 7.0 FROM generate_series(1, 300) g",
+        ],
+        ["public.items"],
+    )
+    baseline(pipeline, source_conn_id, ["public.items"])
+    database.execute("ALTER TABLE items ADD COLUMN note text DEFAULT 'n'")
+    database.execute("ALTER TABLE items DROP COLUMN f")
+    database.execute("UPDATE items SET note = 'changed ' || id WHERE id %% 10 = 0")
+    database.execute("INSERT INTO items (id, v, note) VALUES (301, 'after the ddl', 'new')")
+    pipeline.capture_until_idle()
+
+    def cdc() -> None:  # reconcile waits for the lake to reach its source snapshot
+        pipeline.capture()
+        PgApplyOperator(
+            task_id="apply",
+            pipeline=pipeline.name,
+            changelog_uri=pipeline.settings.changelog_uri,
+            destinations=[{"kind": "lake", "warehouse": str(lake)}],
+            postgres_conn_id=source_conn_id,
+            state_backend="postgres",
+        ).execute({})  # type: ignore[arg-type]
+
+    # the lake cannot follow a dropped column, nor older rows holding the added one's default:
+    # the DDL came between the baseline's copy and the first captured change, and is caught there
+    with pytest.raises(ApplyFailedError, match=r"public\.items in destination lake went back to Init"):
+        cdc()
+    assert pipeline.state().table("public.items").destination("lake").phase == Init()
+    _rebaseline(pipeline, source_conn_id)
+    cdc()
+    assert pipeline.state().table("public.items").destination("lake").phase == Ready()
+    with looping(cdc):
+        result = _operator(pipeline, lake).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
+    assert [(t["status"], t["source_rows"]) for t in result["tables"]] == [("equal", 301)], result
+
+    def edit(rows: pa.Table) -> pa.Table:
+        changed = pc.if_else(pc.equal(rows.column("id"), 7), pa.scalar("edited"), rows.column("v"))
+        return rows.set_column(rows.schema.get_field_index("v"), "v", changed)
+
+    _edit_base(lake, "public.items", edit)
+    ti = RecordingTI()
+    with looping(cdc), pytest.raises(ReconcileError):
+        _operator(pipeline, lake, sample_size=5).execute({"ti": ti})  # type: ignore[arg-type]
+    [items] = ti.xcom["result"]["tables"]
+    assert (items["missing"], items["extra"], items["samples"]["different"]) == (0, 0, [{"id": "7"}]), items
+
+    _rebaseline(pipeline, source_conn_id)  # a new base replaces the edited one
+    database.execute("UPDATE items SET v = 'after the rebaseline' WHERE id <= 3")
+    cdc()
+    assert pipeline.state().table("public.items").destination("lake").phase == Ready()
+    with looping(cdc):
+        again = _operator(pipeline, lake).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
+    assert [(t["status"], t["source_rows"], t["different"]) for t in again["tables"]] == [("equal", 301, 0)]
+
+
+def _rebaseline(pipeline: Pipeline, source_conn_id: str) -> None:
+    PgBaselineOperator(
+        task_id="baseline",
+        pipeline=pipeline.name,
+        table="public.items",
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+        rebaseline=True,
+    ).execute({"ti": None})  # type: ignore[typeddict-item]
