@@ -1,4 +1,4 @@
-"""Rows of PostgreSQL text as the CSV that ``COPY ... FROM STDIN (FORMAT csv)`` reads, and that COPY."""
+"""Rows of PostgreSQL text as the CSV that ``COPY ... FROM STDIN (FORMAT csv)`` reads, and the COPY itself."""
 
 from __future__ import annotations
 
