@@ -35,6 +35,10 @@ A destination is named (``name``); apply keeps no watermark of its own but asks 
 destination, so a destination that stores its watermark with its data (PostgreSQL) applies
 every change exactly once. ``airflow_provider_pgsync.testing.destination_kit`` drives any
 destination through this lifecycle without a source database.
+
+The contract lives with apply, which writes to it; destinations implement it and import
+apply, never the reverse. ``airflow_provider_pgsync.destinations.protocol``, the name custom
+destinations import, re-exports it.
 """
 
 from __future__ import annotations
