@@ -21,10 +21,10 @@ def bench_apply(changes: int) -> float:
     from the changelog to the PostgreSQL destination, against COPY of as many rows."""
     os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
+    from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
     from airflow_provider_pgsync.pgoutput.lsn import LSN
     from airflow_provider_pgsync.state.phases import DataSync, Init, SyncDone
-    from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
     cluster = bench_cluster("bench-apply")
     src, dst = "pgsync_bench_src", "pgsync_bench_dst"

@@ -15,9 +15,9 @@ from psycopg import sql
 def bench_capture(changes: int) -> float:
     os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
+    from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
     from airflow_provider_pgsync.state.phases import Init
-    from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
     cluster = bench_cluster("bench-capture")
     db = "pgsync_bench_capture"

@@ -27,9 +27,9 @@ class Lake:
 
     def __init__(self, cluster: Cluster, name: str, rows: int) -> None:
         os.environ.setdefault("AIRFLOW_HOME", str(BENCH / "airflow"))
+        from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
         from airflow_provider_pgsync.hooks.replication import PgReplicationHook
         from airflow_provider_pgsync.state.phases import Init
-        from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
         self.cluster, self.db, self.rows = cluster, f"pgsync_bench_{name}", rows
         cluster.create_database(self.db)

@@ -15,6 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import touched_keys
+from airflow_provider_pgsync.apply.destination import (
+    Destination,
+    SchemaAnswer,
+    SchemaDecision,
+    schema_decision,
+)
 from airflow_provider_pgsync.apply.prefetch import prefetched
 from airflow_provider_pgsync.apply.schema_change import schema_phase, type_text
 from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
@@ -23,12 +29,6 @@ from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID, segment_schema
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.destinations.protocol import (
-    Destination,
-    SchemaAnswer,
-    SchemaDecision,
-    schema_decision,
-)
 from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.state.model import (
     Backfill,

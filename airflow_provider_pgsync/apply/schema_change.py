@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from psycopg.postgres import types as builtin_types
 
-from airflow_provider_pgsync.destinations.protocol import SchemaAnswer, SchemaDecision
+from airflow_provider_pgsync.apply.destination import SchemaAnswer, SchemaDecision
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import shown
 from airflow_provider_pgsync.state.phases import Errored, Init, TablePhase

@@ -14,9 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_provider_pgsync.apply.destination import Destination
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.destinations.pg_typedefs import SourceCatalog
-from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import shown
 

@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
+from airflow_provider_pgsync.apply.destination import Destination, SchemaAnswer
 from airflow_provider_pgsync.apply.net import (
     BulkNet,
     KeyValues,
@@ -51,7 +52,6 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     segment_name,
 )
 from airflow_provider_pgsync.destinations.lake_values import spark_arrow_type, text_to_arrow
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo

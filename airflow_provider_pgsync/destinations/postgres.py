@@ -5,28 +5,28 @@ are, enums, domains and composites recreated under their names, extension types 
 extension is installed in the replica, else ``text`` with a warning), the source's generated
 columns as generated columns with the source's expression (pgoutput does not send them: the
 replica computes them; ``postgres_create.py``), and the primary key of the source's replica
-identity. A batch becomes a few statements of its net effect
-(``apply/net.py``). A plain batch (no TRUNCATE, key change or unchanged TOAST, the common
-case) is one MERGE that deletes and updates the rows the table holds, joined with their keys
-and rows staged by one ``COPY`` (a DELETE and an UPDATE before PostgreSQL 15), and one ``COPY``
-of the new rows into the table; the COPY text is written in a worker thread while the server
-runs the statement before it. Other batches go
-step by step: deletes, inserts-or-updates of whole rows, then in-place updates that leave
-columns sent as unchanged TOAST alone. Tables whose identity is the whole row (REPLICA
+identity. A batch becomes a few statements of its net effect (``apply/net.py``). A plain batch
+(no TRUNCATE, key change or unchanged TOAST, the common case) is one MERGE that deletes and
+updates the rows the table holds, joined with their keys and rows staged by one ``COPY`` (a
+DELETE and an UPDATE before PostgreSQL 15; ``postgres_staging.py``), and one ``COPY`` of the new
+rows into the table; the COPY text is written in a worker thread while the server runs the
+statement before it (``postgres_bulk.py``). Other batches go step by step: deletes,
+inserts-or-updates of whole rows, then in-place updates that leave columns sent as unchanged
+TOAST alone (``postgres_steps.py``). Tables whose identity is the whole row (REPLICA
 IDENTITY FULL without a primary key) take a batch as multiset operations: one ``DELETE`` of as
 many equal rows as the old rows and a ``COPY`` of the new rows (``postgres_keyless.py``).
 Values travel as PostgreSQL text and are parsed by the server. The watermark row
-``<control schema>.watermarks`` is written in the same transaction, so a crash leaves the
-batch applied with its watermark or neither: every change takes effect exactly once.
-A baseline fills a staging table and swaps it in (``postgres_baseline.py``); a backfill's rows
-wait in a staging table until apply merges them with the watermark (``postgres_backfill.py``).
+``<control schema>.watermarks`` (``postgres_watermarks.py``) is written in the same
+transaction, so a crash leaves the batch applied with its watermark or neither: every change
+takes effect exactly once. A baseline fills a staging table and swaps it in
+(``postgres_baseline.py``); a backfill's rows wait in a staging table until apply merges them
+with the watermark (``postgres_backfill.py``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -35,31 +35,27 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
-from airflow_provider_pgsync.apply.net import (
-    BulkNet,
-    KeyValues,
-    NetStep,
-    Present,
-    Truncate,
-    Values,
-    bulk_net,
-    is_keyed,
-    net_steps,
-)
+from airflow_provider_pgsync.apply.destination import Destination, SchemaAnswer
+from airflow_provider_pgsync.apply.net import bulk_net, is_keyed, net_steps
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import (
     postgres_backfill,
     postgres_baseline,
+    postgres_bulk,
     postgres_create,
     postgres_keyless,
+    postgres_steps,
 )
-from airflow_provider_pgsync.destinations.pg_csv import copy_text
-from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
-from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema
+from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema, follow_by_name
 from airflow_provider_pgsync.destinations.postgres_types import ReplicaTypes
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
+from airflow_provider_pgsync.destinations.postgres_watermarks import (
+    ensure_control_tables,
+    read_watermark,
+    watermarks_table,
+    write_watermark,
+)
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.sessions import hold_open, keepalive_args
@@ -137,7 +133,7 @@ class PostgresDestination(Destination):
         # per table and its columns' types, those with a hash opclass (postgres_keyless.py)
         self._hashable: dict[tuple[str, tuple[tuple[str, str], ...]], frozenset[str]] = {}
         self._staged = 0
-        self._ensure_watermarks()
+        ensure_control_tables(self._conn, self.control_schema)
 
     @classmethod
     def from_config(
@@ -197,18 +193,10 @@ class PostgresDestination(Destination):
 
     def watermark(self, table: TableRef) -> Key | None:
         try:
-            row = self._read_watermark(table)
+            row = read_watermark(self._conn, self.control_schema, self.name, table)
         except psycopg.OperationalError as exc:
             raise _unavailable(self.name, f"reading the watermark of {table}", exc) from exc
         return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
-
-    def _read_watermark(self, table: TableRef) -> tuple[Any, ...] | None:
-        return self._conn.execute(
-            sql.SQL("SELECT commit_lsn, seq FROM {} WHERE destination = %s AND table_key = %s").format(
-                self._watermarks
-            ),
-            (self.name, str(table)),
-        ).fetchone()
 
     def lineage(self, table: TableRef) -> str | None:
         """The lineage of the base the destination holds for ``table`` (None: none recorded)."""
@@ -244,11 +232,11 @@ class PostgresDestination(Destination):
             with self._conn.transaction():
                 bulk = bulk_net(columns, changes)
                 if bulk is not None:
-                    self._apply_bulk(table, columns, bulk)
+                    postgres_bulk.apply_bulk(self, table, columns, bulk)
                 elif changes.num_rows:
                     if is_keyed(columns):
                         for step in net_steps(columns, changes):
-                            self._apply_step(table, columns, step)
+                            postgres_steps.apply_step(self, table, columns, step)
                     else:
                         postgres_keyless.apply_keyless(self, table, columns, changes)
                 self.write_watermark(table, upto)
@@ -263,14 +251,7 @@ class PostgresDestination(Destination):
 
     def write_watermark(self, table: TableRef, upto: Key) -> None:
         """Record ``upto`` as the table's watermark (in the caller's transaction)."""
-        self._conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (destination, table_key, commit_lsn, seq) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT (destination, table_key)"  # the lineage stays as it is
-                " DO UPDATE SET commit_lsn = EXCLUDED.commit_lsn, seq = EXCLUDED.seq"
-            ).format(self._watermarks),
-            (self.name, str(table), upto[0], upto[1]),
-        )
+        write_watermark(self._conn, self.control_schema, self.name, table, upto)
 
     # ---- backfill (destinations/postgres_backfill.py)
 
@@ -320,349 +301,27 @@ class PostgresDestination(Destination):
     def schema_changed(
         self, table: TableRef, old: Sequence[ColumnInfo], new: Sequence[ColumnInfo]
     ) -> SchemaAnswer:
-        """Without column identities: added columns are added (with the source's type), dropped
-        ones dropped (Continue); a changed type or key needs the table rebaselined. Apply uses
-        ``change_schema``."""
-        before = {c.name: c for c in old}
-        after = {c.name: c for c in new}
-        for name in before.keys() & after.keys():
-            a, b = before[name], after[name]
-            if (a.type_oid, a.type_modifier, a.is_key) != (b.type_oid, b.type_modifier, b.is_key):
-                return SchemaAnswer.REBASELINE
-        if [c.name for c in old if c.is_key] != [c.name for c in new if c.is_key]:
-            return SchemaAnswer.REBASELINE
-        # types made before the transaction: a label added to an enum is usable once committed
-        added = [(c, self.new_type(table, c)) for c in new if c.name not in before]
+        """See ``follow_by_name`` (apply uses ``change_schema``)."""
         self._actual.pop(str(table), None)
-        with self._conn.transaction():
-            for column, type_sql in added:
-                self._conn.execute(
-                    sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
-                        table.identifier, sql.Identifier(column.name), sql.SQL(type_sql)
-                    )
-                )
-            for column in old:
-                if column.name not in after:
-                    # the source dropped the generated columns reading it too (DROP ... CASCADE)
-                    postgres_create.drop_generated_using(self, table, column.name)
-                    self._conn.execute(
-                        sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
-                            table.identifier, sql.Identifier(column.name)
-                        )
-                    )
-        return SchemaAnswer.CONTINUE
+        return follow_by_name(
+            self._conn,
+            table,
+            old,
+            new,
+            type_of=lambda column: self.new_type(table, column),
+            before_drop=lambda name: postgres_create.drop_generated_using(self, table, name),
+        )
 
     def close(self) -> None:
         self._conn.close()
         if self._source is not None:
             self._source.close()
 
-    # ---- keyed tables, plain batches: three set statements
-
-    def _apply_bulk(self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet) -> None:
-        """The rows the table holds deleted and updated by one statement joined with them staged
-        by COPY (a MERGE; a DELETE and an UPDATE before PostgreSQL 15), then the new rows copied
-        straight into the table. Each COPY's text is written in a worker thread while the
-        server runs the statements before it. The counts are checked: a destination that lost
-        a row, or holds one the source inserted, is an error, not a silent repair."""
-        names = [c.name for c in columns]
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
-            changed = pool.submit(_changed_csv, names, key_columns(columns), net)
-            inserts = pool.submit(copy_text, net.inserts) if net.inserts.num_rows else None
-            try:
-                if self._conn.info.server_version >= 150000:
-                    self._merge(table, columns, net, changed.result())
-                else:
-                    self._delete_update(table, columns, net)
-                if inserts is not None:
-                    self._copy_new(table, names, inserts.result())
-            finally:
-                for pending in (changed, inserts):
-                    if pending is not None:
-                        pending.cancel()
-
-    def _merge(
-        self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet, staged_csv: bytes | memoryview
-    ) -> None:
-        """Delete and update the rows the table holds in one join: the deleted keys and the updated
-        rows staged together (``pgsync_op`` D or U), one MERGE."""
-        expected = net.deletes.num_rows + net.updates.num_rows
-        if not expected:
-            return
-        names = [c.name for c in columns]
-        keys = key_columns(columns)
-        others = [n for n in names if n not in keys]
-        op = _free_name(names, "op")
-        # a deleted key's other columns are staged NULL: they take their base type there (CASE
-        # drops a domain, whose NOT NULL would refuse them); the UPDATE assigns the domain back
-        staged = self._new_stage(
-            table, names, extra=sql.SQL("''::text AS {}").format(sql.Identifier(op)), loose=others
-        )
-        self._copy_csv(staged, [op, *names], staged_csv)
-        count = self._conn.execute(
-            sql.SQL(
-                "MERGE INTO {} AS t USING {} AS s ON {}"
-                " WHEN MATCHED AND s.{} = 'D' THEN DELETE"
-                # an UPDATE, not a DELETE and INSERT: a row whose indexed columns stay the same
-                # gets its new version on the same page (HOT) without index entries
-                " WHEN MATCHED THEN UPDATE SET {}"
-            ).format(
-                table.identifier,
-                staged,
-                _join(keys),
-                sql.Identifier(op),
-                sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others),
-            )
-        ).rowcount
-        self._check_count(table, count, expected, "updated or deleted")
-
-    def _delete_update(self, table: TableRef, columns: Sequence[ColumnInfo], net: BulkNet) -> None:
-        """``_merge`` for servers without MERGE: one DELETE and one UPDATE."""
-        names = [c.name for c in columns]
-        keys = key_columns(columns)
-        others = [n for n in names if n not in keys]
-        if net.deletes.num_rows:
-            staged = self._stage(table, keys, net.deletes)
-            count = self._conn.execute(
-                sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
-                    table.identifier, staged, _join(keys)
-                )
-            ).rowcount
-            self._check_count(table, count, net.deletes.num_rows, "deleted")
-        if net.updates.num_rows:
-            staged = self._stage(table, names, net.updates)
-            count = self._conn.execute(
-                sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE {}").format(
-                    table.identifier,
-                    sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(sql.Identifier(n)) for n in others),
-                    staged,
-                    _join(keys),
-                )
-            ).rowcount
-            self._check_count(table, count, net.updates.num_rows, "updated")
-
-    def _copy_new(self, table: TableRef, names: list[str], rows_csv: bytes | memoryview) -> None:
-        """The new rows (CSV) into ``table``; a key it already holds is an error."""
-        try:
-            self._copy_csv(table.identifier, names, rows_csv)
-        except psycopg.errors.UniqueViolation as exc:
-            raise DestinationError(
-                f"destination {self.name}: table {table} already has a row the source inserted "
-                f"({exc.diag.message_detail or exc}): the destination holds rows the source does "
-                "not; rebaseline it"
-            ) from exc
-
-    def _check_count(self, table: TableRef, count: int, expected: int, done: str) -> None:
-        if count != expected:
-            raise DestinationError(
-                f"destination {self.name}: table {table} lacks {expected - count} of {expected} rows "
-                f"the source {done}: the destination lost rows; rebaseline it"
-            )
-
-    def _stage(self, table: TableRef, names: list[str], data: pa.Table) -> sql.Identifier:
-        """A new temporary table (dropped at commit) of ``names`` typed as in ``table``, holding
-        ``data``."""
-        staged = self._new_stage(table, names)
-        self._copy(staged, names, data)
-        return staged
-
-    def _new_stage(
-        self,
-        table: TableRef,
-        names: list[str],
-        *,
-        extra: sql.Composable | None = None,
-        loose: Sequence[str] = (),
-    ) -> sql.Identifier:
-        """A new empty temporary table (dropped at commit) of ``names`` typed as in ``table``
-        (the ``loose`` ones as their domain's base type), after an ``extra`` column (SQL
-        ``<value> AS <name>``) if given."""
-        self._staged += 1
-        staged = sql.Identifier(f"pgsync_stage_{self._staged}")
-        selected = sql.SQL(", ").join(
-            sql.SQL("CASE WHEN false THEN {0} END AS {0}").format(sql.Identifier(n))
-            if n in loose
-            else sql.Identifier(n)
-            for n in names
-        )
-        if extra is not None:
-            selected = sql.SQL("{}, {}").format(extra, selected)
-        self._conn.execute(
-            sql.SQL("CREATE TEMPORARY TABLE {} ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA").format(
-                staged, selected, table.identifier
-            )
-        )
-        return staged
-
-    def _copy(self, target: sql.Composable, names: list[str], data: pa.Table) -> None:
-        """``data`` (PostgreSQL text) into the ``names`` columns of ``target`` with COPY; the
-        server parses the values."""
-        self._copy_csv(target, names, copy_text(data))
-
-    def _copy_csv(self, target: sql.Composable, names: list[str], data: bytes | memoryview) -> None:
-        """CSV rows (``copy_text``) into the ``names`` columns of ``target`` with COPY."""
-        with self._conn.cursor().copy(
-            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                target, sql.SQL(", ").join(map(sql.Identifier, names))
-            )
-        ) as copy:
-            copy.write(data)
-
-    # ---- keyed tables: net effect in bulk
-
-    def _apply_step(self, table: TableRef, columns: Sequence[ColumnInfo], step: NetStep | Truncate) -> None:
-        if isinstance(step, Truncate):
-            self._conn.execute(sql.SQL("TRUNCATE {}").format(table.identifier))
-            return
-        keys = key_columns(columns)
-        present = list(step.present())
-        for key, state in present:  # before the deletes: the old rows still hold the values
-            if state.carry_from is not None:
-                self._carry(table, columns, key, state)
-        if step.deletes:
-            self._delete(table, columns, keys, step.deletes)
-        whole = [s.values for _, s in present if not s.unchanged]
-        if whole:
-            self._upsert(table, columns, keys, whole)
-        partial: dict[frozenset[str], list[Values]] = {}
-        for _, state in present:
-            if state.unchanged:
-                partial.setdefault(state.unchanged, []).append(state.values)
-        for unchanged, rows in partial.items():
-            self._update(table, columns, keys, unchanged, rows)
-
-    def _carry(self, table: TableRef, columns: Sequence[ColumnInfo], key: KeyValues, state: Present) -> None:
-        """Fill ``state``'s unchanged columns from the destination's row at ``carry_from``."""
-        assert state.carry_from is not None
-        keys = key_columns(columns)
-        wanted = sorted(state.unchanged)
-        row = self._conn.execute(
-            sql.SQL("SELECT {} FROM {} WHERE {}").format(
-                sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in wanted),
-                table.identifier,
-                self._key_match(table, columns, keys),
-            ),
-            list(state.carry_from),
-        ).fetchone()
-        if row is None:
-            raise DestinationError(
-                f"destination {self.name}: table {table} has no row with key {state.carry_from}, whose "
-                f"unchanged values the row with key {key} keeps: the destination lost rows; rebaseline it"
-            )
-        state.values.update(zip(wanted, row, strict=True))
-        state.unchanged = frozenset()
-        state.carry_from = None
-
-    def _delete(
-        self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str], rows: list[KeyValues]
-    ) -> None:
-        self._conn.execute(
-            sql.SQL("DELETE FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
-                table.identifier,
-                sql.SQL(", ").join(map(sql.Identifier, keys)),
-                self._casts(table, columns, keys),
-                _unnest(len(keys)),
-            ),
-            [[row[i] for row in rows] for i in range(len(keys))],
-        )
-
-    def _upsert(
-        self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str], rows: list[Values]
-    ) -> None:
-        names = [c.name for c in columns]
-        others = [n for n in names if n not in keys]
-        self._conn.execute(
-            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
-                table.identifier,
-                sql.SQL(", ").join(map(sql.Identifier, names)),
-                self._casts(table, columns, names),
-                _unnest(len(names)),
-                sql.SQL(", ").join(map(sql.Identifier, keys)),
-                sql.SQL(", ").join(
-                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(n), sql.Identifier(n)) for n in others
-                ),
-            ),
-            [[row[n] for row in rows] for n in names],
-        )
-
-    def _update(
-        self,
-        table: TableRef,
-        columns: Sequence[ColumnInfo],
-        keys: list[str],
-        unchanged: frozenset[str],
-        rows: list[Values],
-    ) -> None:
-        """Update rows in place, leaving the ``unchanged`` columns as the destination has them."""
-        names = [c.name for c in columns if c.name not in unchanged]
-        others = [n for n in names if n not in keys]
-        if others:
-            count = self._conn.execute(
-                sql.SQL("UPDATE {} AS t SET {} FROM (SELECT {} FROM {}) AS v WHERE {}").format(
-                    table.identifier,
-                    sql.SQL(", ").join(
-                        sql.SQL("{} = v.{}").format(sql.Identifier(n), sql.Identifier(f"c{names.index(n)}"))
-                        for n in others
-                    ),
-                    self._casts(table, columns, names, aliases=True),
-                    _unnest(len(names)),
-                    sql.SQL(" AND ").join(
-                        sql.SQL("t.{} = v.{}").format(sql.Identifier(k), sql.Identifier(f"c{names.index(k)}"))
-                        for k in keys
-                    ),
-                ),
-                [[row[n] for row in rows] for n in names],
-            ).rowcount
-        else:
-            count = self._conn.execute(
-                sql.SQL("SELECT count(*) FROM {} WHERE ({}) IN (SELECT {} FROM {})").format(
-                    table.identifier,
-                    sql.SQL(", ").join(map(sql.Identifier, keys)),
-                    self._casts(table, columns, keys),
-                    _unnest(len(keys)),
-                ),
-                [[row[k] for row in rows] for k in keys],
-            ).fetchone()[0]  # type: ignore[index]
-        if count != len(rows):
-            raise DestinationError(
-                f"destination {self.name}: table {table} lacks {len(rows) - count} of {len(rows)} rows "
-                "that the source updated keeping unchanged TOAST values: the destination lost rows; "
-                "rebaseline it"
-            )
-
     # ---- helpers
 
     @property
     def _watermarks(self) -> sql.Composed:
-        return sql.SQL("{}.watermarks").format(sql.Identifier(self.control_schema))
-
-    def _ensure_watermarks(self) -> None:
-        """The control tables; a NULL ``commit_lsn`` is a baselined table with no change applied
-        yet, ``lineage`` the baseline its table holds (None: made by ``open_table``)."""
-        with self._conn.transaction():
-            lock_ddl(self._conn)
-            self._conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.control_schema))
-            )
-            self._conn.execute(
-                sql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (destination text, table_key text, commit_lsn numeric(20),"
-                    " seq bigint, lineage text, PRIMARY KEY (destination, table_key))"
-                ).format(self._watermarks)
-            )
-            postgres_baseline.ensure_parts_table(self._conn, self.control_schema)
-            old = self._conn.execute(
-                "SELECT NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = %s::regclass"
-                " AND attname = 'lineage' AND NOT attisdropped)",
-                (self._watermarks.as_string(self._conn),),
-            ).fetchone()
-            if old and old[0]:  # made by an earlier version: altered once (it locks the table)
-                self._conn.execute(
-                    sql.SQL(
-                        "ALTER TABLE {} ADD COLUMN IF NOT EXISTS lineage text,"
-                        " ALTER COLUMN commit_lsn DROP NOT NULL, ALTER COLUMN seq DROP NOT NULL"
-                    ).format(self._watermarks)
-                )
+        return watermarks_table(self.control_schema)
 
     def _type(self, table: TableRef, column: ColumnInfo) -> str:
         """The type ``column`` has in the replica's ``table`` (what values are cast to), or would
@@ -709,26 +368,6 @@ class PostgresDestination(Destination):
         self._actual.pop(str(target), None)
         postgres_create.create_table(self, table, target, columns, extra, if_not_exists=if_not_exists)
 
-    def _casts(
-        self, table: TableRef, columns: Sequence[ColumnInfo], names: list[str], *, aliases: bool = False
-    ) -> sql.Composed:
-        """``c0::type0, c1::type1, ...`` over the unnest's columns, for ``names`` in order."""
-        by_name = {c.name: c for c in columns}
-        items = []
-        for i, name in enumerate(names):
-            cast = sql.SQL("{}::{}").format(
-                sql.Identifier(f"c{i}"), sql.SQL(self._type(table, by_name[name]))
-            )
-            items.append(sql.SQL("{} AS {}").format(cast, sql.Identifier(f"c{i}")) if aliases else cast)
-        return sql.SQL(", ").join(items)
-
-    def _key_match(self, table: TableRef, columns: Sequence[ColumnInfo], keys: list[str]) -> sql.Composed:
-        by_name = {c.name: c for c in columns}
-        return sql.SQL(" AND ").join(
-            sql.SQL("{} = %s::{}").format(sql.Identifier(k), sql.SQL(self._type(table, by_name[k])))
-            for k in keys
-        )
-
 
 def _unavailable(name: str, doing: str, exc: psycopg.OperationalError) -> DestinationUnavailableError:
     """A lost or refused connection: nothing was applied, and a later run may succeed."""
@@ -737,41 +376,3 @@ def _unavailable(name: str, doing: str, exc: psycopg.OperationalError) -> Destin
         f"destination {name} could not be reached while {doing}: {detail}; nothing of it was applied: "
         "check that the server runs and accepts the connection; the next run goes on from the watermark"
     )
-
-
-def _join(keys: list[str]) -> sql.Composed:
-    """``t.k1 = s.k1 AND ...``: the target ``t`` and a staged table ``s`` on the key."""
-    return sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
-
-
-def _unnest(width: int) -> sql.Composed:
-    """``unnest(%s::text[], ...) AS u(c0, c1, ...)``: rows from one text array per column."""
-    return sql.SQL("unnest({}) AS u({})").format(
-        sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in range(width)),
-        sql.SQL(", ").join(sql.Identifier(f"c{i}") for i in range(width)),
-    )
-
-
-def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
-    """The rows ``_merge`` stages: ``D`` and the key of each deleted row (NULL elsewhere),
-    ``U`` and each updated row."""
-    deletes = net.deletes
-    for name in names:
-        if name not in keys:
-            deletes = deletes.append_column(name, pa.nulls(deletes.num_rows, pa.string()))
-    tagged = [
-        part.select(names).add_column(0, "op", pa.repeat(pa.scalar(op, pa.string()), part.num_rows))
-        for op, part in (("D", deletes), ("U", net.updates))
-        if part.num_rows
-    ]
-    if not tagged:
-        return memoryview(b"")
-    return copy_text(pa.concat_tables([t.cast(tagged[-1].schema) for t in tagged]))
-
-
-def _free_name(names: list[str], base: str) -> str:
-    """A column name like ``pgsync_<base>`` that is none of ``names``."""
-    name = f"pgsync_{base}"
-    while name in names:
-        name += "_"
-    return name

@@ -33,6 +33,8 @@ from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import postgres_baseline
+from airflow_provider_pgsync.destinations.pg_csv import copy_rows
+from airflow_provider_pgsync.destinations.postgres_staging import key_join, stage
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -98,11 +100,11 @@ def stage_backfill(
                 )
             )
             if rows.num_rows:
-                destination._copy(staging.identifier, names, rows.select(names))
+                copy_rows(destination._conn, staging.identifier, names, rows.select(names))
             if absent.num_rows:
                 keys = key_columns(columns)
                 flagged = absent.select(keys).add_column(0, ABSENT, pa.array(["t"] * absent.num_rows))
-                destination._copy(staging.identifier, [ABSENT, *keys], flagged)
+                copy_rows(destination._conn, staging.identifier, [ABSENT, *keys], flagged)
     except psycopg.OperationalError:
         raise
     except psycopg.Error as exc:
@@ -150,7 +152,7 @@ def backfill(
             if ABSENT in staged_names:
                 changed += conn.execute(
                     sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE s.{} AND {} AND {}").format(
-                        table.identifier, staging.identifier, sql.Identifier(ABSENT), _join(keys), newer
+                        table.identifier, staging.identifier, sql.Identifier(ABSENT), key_join(keys), newer
                     )
                 ).rowcount
             present = (
@@ -239,7 +241,7 @@ def _multiset(
 
     newer: sql.Composable = sql.SQL("true")
     if touched.num_rows:
-        staged = destination._stage(table, names, touched.select(names))
+        staged = stage(destination, table, names, touched.select(names))
         newer = sql.SQL("{} NOT IN (SELECT {} FROM {} AS n)").format(text("s"), text("n"), staged)
     deleted = conn.execute(
         sql.SQL("DELETE FROM {} AS t WHERE {} IN (SELECT {} FROM {} AS s WHERE {})").format(
@@ -280,11 +282,7 @@ def _newer(
     touched keys staged in a temporary table typed like ``table``'s key)."""
     if touched.num_rows == 0:
         return sql.SQL("true")
-    newer = destination._stage(table, keys, touched.select(keys))
+    newer = stage(destination, table, keys, touched.select(keys))
     return sql.SQL("NOT EXISTS (SELECT FROM {} AS n WHERE {})").format(
         newer, sql.SQL(" AND ").join(sql.SQL("n.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)
     )
-
-
-def _join(keys: list[str]) -> sql.Composed:
-    return sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in keys)

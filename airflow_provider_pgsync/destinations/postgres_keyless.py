@@ -32,7 +32,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.multiset import MultisetRun, multiset_runs
 from airflow_provider_pgsync.apply.net import Truncate
-from airflow_provider_pgsync.destinations.pg_csv import copy_text
+from airflow_provider_pgsync.destinations.pg_csv import copy_csv, copy_rows, copy_text
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -69,7 +69,7 @@ def apply_keyless(
         run = cancelled(run)
         if not run.deletes.num_rows:
             if run.inserts.num_rows:
-                destination._copy(table.identifier, names, run.inserts)
+                copy_rows(destination._conn, table.identifier, names, run.inserts)
             continue
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
             # the new rows' COPY text is written while the server removes the old rows
@@ -104,7 +104,7 @@ def _remove_then_add(
                 raise _Short
     except _Short:
         if inserts is not None:
-            destination._copy_csv(table.identifier, names, inserts.result())
+            copy_csv(destination._conn, table.identifier, names, inserts.result())
         count = _delete(destination, table, columns, run)
         if count != expected:
             raise DestinationError(
@@ -113,7 +113,7 @@ def _remove_then_add(
             ) from None
         return
     if inserts is not None:
-        destination._copy_csv(table.identifier, names, inserts.result())
+        copy_csv(destination._conn, table.identifier, names, inserts.result())
 
 
 class _Short(Exception):
@@ -206,7 +206,7 @@ def _delete(
             " FROM {} WITH NO DATA"
         ).format(staged, _columns("", names), sql.Identifier(n), sql.Identifier(g), table.identifier)
     )
-    destination._copy(staged, [*names, n, g], distinct)
+    copy_rows(destination._conn, staged, [*names, n, g], distinct)
     if natives:  # candidates: rows equal in these columns
         candidates = sql.SQL(" AND ").join(
             sql.SQL("t.{0} = s.{0}").format(sql.Identifier(c)) for c in natives

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
+from airflow_provider_pgsync.apply.destination import SchemaAnswer
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.state.schema_diff import SchemaDiff
@@ -77,6 +77,47 @@ def change_replica_schema(
             conn.execute(alter + sql.SQL("ADD COLUMN {} {} DEFAULT {}").format(name, kind, fill))
             conn.execute(alter + sql.SQL("ALTER COLUMN {} DROP DEFAULT").format(name))
     log.info("replica table %s follows the source: %s", table, diff.describe())
+    return SchemaAnswer.CONTINUE
+
+
+def follow_by_name(
+    conn: psycopg.Connection[Any],
+    table: TableRef,
+    old: Sequence[ColumnInfo],
+    new: Sequence[ColumnInfo],
+    *,
+    type_of: Callable[[ColumnInfo], str],
+    before_drop: Callable[[str], None] = lambda name: None,
+) -> SchemaAnswer:
+    """Without column identities: added columns are added (with the source's type), dropped
+    ones dropped (Continue); a changed type or key needs the table rebaselined. ``type_of`` and
+    ``before_drop`` as for ``change_replica_schema``."""
+    before = {c.name: c for c in old}
+    after = {c.name: c for c in new}
+    for name in before.keys() & after.keys():
+        a, b = before[name], after[name]
+        if (a.type_oid, a.type_modifier, a.is_key) != (b.type_oid, b.type_modifier, b.is_key):
+            return SchemaAnswer.REBASELINE
+    if [c.name for c in old if c.is_key] != [c.name for c in new if c.is_key]:
+        return SchemaAnswer.REBASELINE
+    # types made before the transaction: a label added to an enum is usable once committed
+    added = [(c, type_of(c)) for c in new if c.name not in before]
+    with conn.transaction():
+        for column, type_sql in added:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                    table.identifier, sql.Identifier(column.name), sql.SQL(type_sql)
+                )
+            )
+        for column in old:
+            if column.name not in after:
+                # the source dropped the generated columns reading it too (DROP ... CASCADE)
+                before_drop(column.name)
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
+                        table.identifier, sql.Identifier(column.name)
+                    )
+                )
     return SchemaAnswer.CONTINUE
 
 

@@ -11,11 +11,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.connections import check_connections, source_and_state
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.source.sessions import timeout_ms
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import StateStore
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 
 STATE_BACKENDS = ("variables", "postgres")
 

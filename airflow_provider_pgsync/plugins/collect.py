@@ -21,6 +21,8 @@ from airflow_provider_pgsync.changelog.paths import table_folder
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.dags.assets import table_asset
 from airflow_provider_pgsync.errors import PgSyncError, SourceUnavailableError
+from airflow_provider_pgsync.hooks.postgres_state_store import TABLE as STATE_TABLE
+from airflow_provider_pgsync.hooks.postgres_state_store import state_from_row, state_query
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.pipeline import PipelineConfig, load_pipelines
@@ -39,8 +41,6 @@ from airflow_provider_pgsync.plugins.status import (
 )
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.postgres_store import TABLE as STATE_TABLE
-from airflow_provider_pgsync.state.postgres_store import state_from_row, state_query
 from airflow_provider_pgsync.triggers.probes import read_slot_lag
 
 log = logging.getLogger(__name__)
@@ -305,7 +305,7 @@ def load_state(config: PipelineConfig, source: PgReplicationHook) -> PipelineSta
     if config.state.backend == "postgres":
         with control.connect() as conn:
             return read_postgres_state(conn, config.name, schema=config.state.schema)
-    from airflow_provider_pgsync.state.variable_store import VariableStateStore
+    from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 
     return VariableStateStore(lock=control).load(config.name)  # load takes no lock
 

@@ -1,7 +1,8 @@
-"""Pipeline state: the model (pure), the store protocol and its two backends.
+"""Pipeline state: the model and the store protocol (pure).
 
-The backends import Airflow and psycopg; import them from their modules
-(``state.postgres_store``, ``state.variable_store``) so the pure model stays light.
+Its two backends do I/O and so live in ``hooks/``: ``hooks.postgres_state_store`` (a PostgreSQL
+table) and ``hooks.variable_state_store`` (Airflow Variables), serialised by the advisory
+lock of ``hooks.advisory_lock``.
 """
 
 from __future__ import annotations

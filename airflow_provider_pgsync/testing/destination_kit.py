@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
+from airflow_provider_pgsync.apply.destination import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import (
     COMMIT_LSN,
@@ -42,7 +43,6 @@ from airflow_provider_pgsync.changelog.schema import (
     old_key_column,
     segment_schema,
 )
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer, schema_decision
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 

@@ -14,10 +14,10 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_pgsync.errors import SourceUnavailableError
+from airflow_provider_pgsync.hooks.postgres_state_store import state_from_row, state_query
 from airflow_provider_pgsync.hooks.replication import CAPTURE_LOCK_CLASS
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.state.model import PipelineState, validate_pipeline_name
-from airflow_provider_pgsync.state.postgres_store import state_from_row, state_query
 from airflow_provider_pgsync.triggers.checks import (
     PendingCount,
     SlotLag,

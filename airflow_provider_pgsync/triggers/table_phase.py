@@ -7,13 +7,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.postgres_state_store import TABLE as STATE_TABLE
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.followed import pipeline_name
 from airflow_provider_pgsync.state.model import PipelineState, table_key, validate_pipeline_name
-from airflow_provider_pgsync.state.postgres_store import TABLE as STATE_TABLE
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from airflow_provider_pgsync.triggers.base import PollingTrigger
 from airflow_provider_pgsync.triggers.checks import Payload, check_phase, phase_event
 from airflow_provider_pgsync.triggers.connection import connect

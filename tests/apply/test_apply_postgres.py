@@ -6,10 +6,10 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from airflow_provider_pgsync.apply.destination import Destination
 from airflow_provider_pgsync.apply.run import apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState

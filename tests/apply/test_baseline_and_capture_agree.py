@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_pgsync.apply.destination import Destination
 from airflow_provider_pgsync.apply.run import apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.protocol import Destination
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import Ready

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_pgsync.apply.destination import SchemaAnswer, SchemaDecision, schema_decision
 from airflow_provider_pgsync.apply.schema_change import (
     check_on_schema_change,
     rebaseline_remedy,
     schema_phase,
     type_text,
 )
-from airflow_provider_pgsync.destinations.protocol import SchemaAnswer, SchemaDecision, schema_decision
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange
 from airflow_provider_pgsync.state.phases import Errored, Init, Ready

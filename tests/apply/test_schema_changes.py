@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_pgsync.apply.destination import SchemaAnswer
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.columns import REWRITE_COLUMN, REWRITE_DEFAULT

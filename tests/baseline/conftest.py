@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
 PIPELINE = "baseline_test"
 RunBaseline = Callable[..., dict[str, Any]]

@@ -33,10 +33,10 @@ from psycopg import sql
 from airflow_provider_pgsync.baseline.handoff import applies_after_baseline
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.capture.run import CaptureResult, CaptureSettings, capture
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import Init, PipelineState, SyncDone
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.baseline.conftest import PIPELINE, pipeline_state, read_base
 from tests.capture.conftest import Change, read_changes
 from tests.conftest import Database

@@ -119,8 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     more = {name: int(value) for name, value in (s.split("=", 1) for s in args.setting)}
 
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
+    from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-    from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 
     hook = PgReplicationHook(postgres_conn_id=args.conn_id)
     store = PostgresStateStore(hook)

@@ -21,10 +21,10 @@ import pytest
 from airflow_provider_pgsync.capture.run import CaptureResult, CaptureSettings, capture
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook, SlotInfo
 from airflow_provider_pgsync.pgoutput import LSN, Begin, Commit, PgOutputDecoder
 from airflow_provider_pgsync.state.model import Init, PipelineState, SegmentInfo
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import StateStore
 from tests.conftest import Database
 

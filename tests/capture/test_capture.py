@@ -224,7 +224,7 @@ _CRASHING_CAPTURE = """
 import sys
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 
 conn_id, pipeline, slot, publication, changelog = sys.argv[1:]
 hook = PgReplicationHook(postgres_conn_id=conn_id)

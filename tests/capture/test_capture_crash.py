@@ -38,6 +38,7 @@ import pytest
 from airflow_provider_pgsync.capture.run import CaptureResult, CaptureSettings, capture
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.failpoints import EXIT_CODE, POINTS
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput import (
     LSN,
@@ -55,7 +56,6 @@ from airflow_provider_pgsync.pgoutput import (
     pg_timestamp,
 )
 from airflow_provider_pgsync.state.model import Init, PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.capture.capture_worker import HOLDER, WorkerRun, run_capture_process
 from tests.conftest import Cluster, Database, free_port
 

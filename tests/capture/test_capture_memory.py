@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.state.model import Init, PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.capture.capture_worker import run_capture_process
 from tests.conftest import Database
 

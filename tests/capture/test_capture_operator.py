@@ -10,11 +10,11 @@ import pytest
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.sdk import DAG, Param
 
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import StateStore
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from tests.capture.conftest import MakePipeline, OpenStore, Pipeline
 from tests.conftest import Database, RunDag
 

@@ -13,8 +13,8 @@ from airflow_provider_pgsync.capture import run as run_module
 from airflow_provider_pgsync.capture.run import capture
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import LockLostError
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.capture.conftest import PUBLICATION, MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, session_of, unlimited  # noqa: F401

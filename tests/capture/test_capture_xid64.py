@@ -30,12 +30,12 @@ from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_sna
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.changelog.prune import may_hold_unseen
 from airflow_provider_pgsync.changelog.segments import Changelog
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import parse_snapshot
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import Init, PipelineState, SegmentInfo
 from airflow_provider_pgsync.state.phases import SyncDone
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from pgcluster import Cluster, default_base_dir, server_user
 from tests.conftest import free_port
 

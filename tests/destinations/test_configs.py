@@ -9,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from airflow_provider_pgsync.apply.destination import Destination, SchemaAnswer
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name, open_destination
-from airflow_provider_pgsync.destinations.protocol import Destination, SchemaAnswer
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo

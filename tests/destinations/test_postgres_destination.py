@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 from psycopg import sql
 
+from airflow_provider_pgsync.apply.destination import SchemaAnswer
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.protocol import SchemaAnswer
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle

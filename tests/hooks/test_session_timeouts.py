@@ -11,11 +11,11 @@ import psycopg
 import pytest
 
 from airflow_provider_pgsync.errors import LockLostError
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.sessions import KEEPALIVES
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.capture.conftest import wait_for
 from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, session_of, unlimited  # noqa: F401

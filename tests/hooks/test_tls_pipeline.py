@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_pgsync.errors import BaselineError, SourceUnavailableError
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import Errored, Ready
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
 from tests.baseline.conftest import baseline_slot

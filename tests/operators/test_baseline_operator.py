@@ -30,11 +30,11 @@ from airflow_provider_pgsync.errors import (
     StateError,
     UnsupportedTypeError,
 )
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import Errored, SyncDone, TablePhase
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from pgcluster import dev_password
 from tests.baseline.conftest import PIPELINE, baseline_slot, pipeline_state
 from tests.conftest import Database, RunDag

@@ -14,11 +14,11 @@ import pytest
 
 from airflow_provider_pgsync.capture.health import baseline_slot_problem
 from airflow_provider_pgsync.errors import SlotError
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook, SlotInfo
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState, SyncDone
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state import DataSync, Errored, Init, PipelineState, Ready, SyncDone
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.conftest import Database, free_port
 
 ERROR_REASON = "column <b>price</b> changed type from numeric to text"

@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.state.store import StateStore
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from tests.conftest import Database
 
 Connect = Callable[[], "psycopg.Connection[Any]"]

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from airflow_provider_pgsync.errors import ConfigError, LockTimeoutError
+from airflow_provider_pgsync.hooks.advisory_lock import AdvisoryLock, state_lock_key
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.locks import AdvisoryLock, state_lock_key
 from tests.conftest import Database
 from tests.state.conftest import Connect
 

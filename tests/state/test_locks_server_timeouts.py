@@ -8,8 +8,8 @@ import time
 import pytest
 
 from airflow_provider_pgsync.errors import LockTimeoutError
+from airflow_provider_pgsync.hooks.advisory_lock import AdvisoryLock
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.locks import AdvisoryLock
 from tests.capture.conftest import wait_for
 from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, session_of  # noqa: F401

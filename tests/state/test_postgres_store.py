@@ -8,9 +8,9 @@ import psycopg
 import pytest
 
 from airflow_provider_pgsync.errors import ConfigError, SourceUnavailableError
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.state.model import PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from tests.conftest import Database
 from tests.state.conftest import Connect
 

@@ -11,12 +11,12 @@ from airflow.models import Variable
 from airflow.sdk import DAG, task
 
 from airflow_provider_pgsync.errors import LockTimeoutError, StateError
+from airflow_provider_pgsync.hooks.advisory_lock import AdvisoryLock, state_lock_key
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.state.locks import AdvisoryLock, state_lock_key
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.state.model import Init, PipelineState
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import update_state
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from tests.state.conftest import Connect
 
 pytestmark = pytest.mark.usefixtures("airflow_db")

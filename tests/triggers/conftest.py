@@ -26,12 +26,12 @@ from typing import Any
 import pytest
 from airflow.triggers.base import TriggerEvent
 
+from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import Init, PipelineState, SyncDone, TablePhase
-from airflow_provider_pgsync.state.postgres_store import PostgresStateStore
 from airflow_provider_pgsync.state.store import StateStore, update_state
-from airflow_provider_pgsync.state.variable_store import VariableStateStore
 from airflow_provider_pgsync.triggers.base import PollingTrigger
 from pgcluster import SUPERUSER, dev_password, find_bindir
 from tests.capture.conftest import wait_for

@@ -30,7 +30,12 @@ from dataclasses import replace
 from typing import Any
 
 from airflow_provider_pgsync.errors import StateConflictError, StateError
-from airflow_provider_pgsync.state.locks import AdvisoryLock, ConnectionSource, as_connect, state_lock_key
+from airflow_provider_pgsync.hooks.advisory_lock import (
+    AdvisoryLock,
+    ConnectionSource,
+    as_connect,
+    state_lock_key,
+)
 from airflow_provider_pgsync.state.model import PipelineState, validate_pipeline_name
 
 

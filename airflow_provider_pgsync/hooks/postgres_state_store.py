@@ -17,8 +17,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_provider_pgsync.errors import ConfigError, StateConflictError, StateError
+from airflow_provider_pgsync.hooks.advisory_lock import AdvisoryLock, ConnectionSource, as_connect
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.locks import AdvisoryLock, ConnectionSource, as_connect
 from airflow_provider_pgsync.state.model import PipelineState, validate_pipeline_name
 
 TABLE = "pipeline_state"
