@@ -323,7 +323,8 @@ def _baseline_run(ti: Any, baseline_id: str, run_id: str, triggered: list[Any]) 
         return RebaselineRun(run_id)
     if ti.get_dr_count(dag_id=baseline_id, run_ids=[run_id]) == 0:
         return RebaselineRun(None)
-    return RebaselineRun(run_id, triggered=False, state=str(ti.get_dagrun_state(baseline_id, run_id)))
+    state = ti.get_dagrun_state(baseline_id, run_id)  # a DagRunState (a str enum)
+    return RebaselineRun(run_id, triggered=False, state=str(getattr(state, "value", state)))
 
 
 def _retries_md(retries: int, delay: timedelta) -> str:
