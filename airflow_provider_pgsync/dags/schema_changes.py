@@ -112,8 +112,8 @@ def rebaseline_error(
                 f"without taking it out of Init; {remedy}"
             )
         else:
-            state = f", {run.state}" if run.state else ""
-            then = f"rebaseline triggered earlier: {baseline_dag_id} run {run.run_id} (waiting{state})"
+            state = f" ({run.state})" if run.state else ""
+            then = f"rebaseline triggered earlier: {baseline_dag_id} run {run.run_id}{state}"
         lines.append(f"{item['reason']}; {then}")  # the reason names the table and the destination
     failed = "" if applied else "; task apply failed too (its error names what else it could not apply)"
     return SchemaRebaselineError(

@@ -93,7 +93,7 @@ def test_the_error_says_which_run_triggered_and_what_to_do_when_it_ended() -> No
     ]
     text = str(rebaseline_error(config, "pgsync_shop_baseline", sent, confs, runs))
     assert "public.orders changed; rebaseline triggered: pgsync_shop_baseline run run-a" in text
-    earlier = "rebaseline triggered earlier: pgsync_shop_baseline run run-b (waiting, queued)"
+    earlier = "rebaseline triggered earlier: pgsync_shop_baseline run run-b (queued)"
     assert f"public.notes changed; {earlier}" in text
     assert (
         "public.customers changed; its rebaseline, pgsync_shop_baseline run run-c (triggered earlier), "
