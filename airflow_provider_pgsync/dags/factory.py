@@ -11,9 +11,10 @@ Per pipeline ``<name>``:
   task per chosen table;
 - ``pgsync_<name>_cdc`` (the config's cdc schedule: cron, or event-driven on the Asset of the
   slot's pending changes): capture, then apply into every destination,
-  emitting an asset event per destination table that changed; then, when a schema change sent
-  a table back to baseline in a destination (``on_schema_change: rebaseline``), triggers the
-  baseline DAG for exactly those and fails the run naming them (task ``outcome``); capture and
+  emitting an asset event per destination table that changed; then, while a schema change's
+  rebaseline of a table in a destination is pending (``on_schema_change: rebaseline``; kept in
+  the state from the try that decided it until a baseline starts), triggers the baseline DAG for
+  exactly those, once per request, and fails the run naming them (task ``outcome``); capture and
   apply are retried (``schedules.retries``) when they fail, e.g. when their process was killed;
 - ``pgsync_<name>_compact`` (the config's compact schedule; only with a lake destination):
   ``PgCompactOperator`` per lake destination;
@@ -43,7 +44,7 @@ from airflow_provider_pgsync.dags.assets import (
     pending_changes_asset,
     table_assets,
 )
-from airflow_provider_pgsync.dags.schema_changes import rebaseline_confs, rebaseline_error
+from airflow_provider_pgsync.dags.schema_changes import RebaselineRun, rebaseline_error, rebaseline_requests
 from airflow_provider_pgsync.errors import ApplyFailedError
 from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
@@ -250,7 +251,9 @@ def cdc_dag(config: PipelineConfig) -> DAG:
         + (
             f"goes back to Init for that table alone; `trigger_rebaseline` triggers `{baseline_id}` "
             "for exactly those tables and destinations, and `outcome` fails the run naming each "
-            "table, destination, what changed and the run triggered."
+            "table, destination, what changed and the run triggered. The request is kept in the "
+            "pipeline state until a baseline starts: a retried `apply`, or the next run, triggers "
+            "it again under the same run id (so no second baseline starts) and fails again."
             if config.on_schema_change == "rebaseline"
             else "goes Errored for that table alone and `apply` fails naming it and the rebaseline to "
             f"trigger (`{baseline_id}`); nothing is triggered."
@@ -272,27 +275,32 @@ def cdc_dag(config: PipelineConfig) -> DAG:
 
         @task(task_id="rebaselines", trigger_rule="all_done")  # also after a failed apply
         def rebaselines() -> list[dict[str, Any]]:
-            """The baseline DAG runs to trigger for what apply sent back to baseline; skips if none."""
+            """The baseline DAG runs to trigger for the rebaselines pending (apply lists each until
+            a baseline starts, whichever try or run decided it); skips if none."""
             sent = get_current_context()["ti"].xcom_pull(task_ids="apply", key=REBASELINES_XCOM) or []
-            confs = rebaseline_confs(config, sent)
-            if not confs:
-                raise AirflowSkipException("no table went back to baseline anywhere: nothing to trigger")
-            return [{"conf": conf} for conf in confs]
+            requests = rebaseline_requests(config, sent)
+            if not requests:
+                raise AirflowSkipException("no table waits for a rebaseline anywhere: nothing to trigger")
+            return requests
 
         @task(task_id="outcome", trigger_rule="all_done")
         def outcome() -> None:
-            """Fail the run when apply sent a table back to baseline in a destination (naming each
-            with what changed and the rebaseline triggered) or did not succeed."""
+            """Fail the run while a table waits for the rebaseline a schema change requested in a
+            destination (naming each with what changed and the baseline run) or when apply did
+            not succeed."""
             ti = get_current_context()["ti"]
             sent = ti.xcom_pull(task_ids="apply", key=REBASELINES_XCOM) or []
             applied = ti.xcom_pull(task_ids="apply") is not None  # its result: pushed on success only
             if sent:
                 triggers = ti.xcom_pull(task_ids="rebaselines") or []
-                run_ids = ti.xcom_pull(
+                triggered = ti.xcom_pull(
                     task_ids="trigger_rebaseline", key="trigger_run_id", map_indexes=range(len(triggers))
                 )
+                if not isinstance(triggered, list):  # one map index gives the value itself
+                    triggered = [triggered]
+                runs = [_baseline_run(ti, baseline_id, t["trigger_run_id"], triggered) for t in triggers]
                 confs = [t["conf"] for t in triggers]
-                raise rebaseline_error(config, baseline_id, sent, confs, list(run_ids or []), applied=applied)
+                raise rebaseline_error(config, baseline_id, sent, confs, runs, applied=applied)
             if not applied:
                 raise ApplyFailedError(
                     f"pipeline {config.name!r}: task apply of this run did not succeed (its error, or the "
@@ -300,11 +308,23 @@ def cdc_dag(config: PipelineConfig) -> DAG:
                 )
 
         requests = rebaselines()
+        # a request already triggered (by an earlier try or run) skips: its run exists
         trigger = TriggerDagRunOperator.partial(
-            task_id="trigger_rebaseline", trigger_dag_id=baseline_id
+            task_id="trigger_rebaseline", trigger_dag_id=baseline_id, skip_when_already_exists=True
         ).expand_kwargs(requests)
         capture >> apply >> requests >> trigger >> outcome()
     return dag
+
+
+def _baseline_run(ti: Any, baseline_id: str, run_id: str, triggered: list[Any]) -> RebaselineRun:
+    """The baseline DAG run ``run_id``: triggered by this run (its id among ``triggered``), by an
+    earlier one (it exists: its state), or not at all (the trigger failed)."""
+    if run_id in triggered:
+        return RebaselineRun(run_id)
+    if ti.get_dr_count(dag_id=baseline_id, run_ids=[run_id]) == 0:
+        return RebaselineRun(None)
+    state = ti.get_dagrun_state(baseline_id, run_id)  # a DagRunState (a str enum)
+    return RebaselineRun(run_id, triggered=False, state=str(getattr(state, "value", state)))
 
 
 def _retries_md(retries: int, delay: timedelta) -> str:

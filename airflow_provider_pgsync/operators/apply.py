@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -38,9 +40,11 @@ from airflow_provider_pgsync.state.store import StateStore, update_state
 log = logging.getLogger(__name__)
 
 REBASELINES_XCOM = "schema_rebaselines"
-"""The XCom key under which apply lists the (table, destination) a schema change sent back to
-baseline in this run: ``[{"table", "destination", "reason"}]``, pushed before the task ends
-(also when it fails), so a downstream task triggers their rebaseline."""
+"""The XCom key under which apply lists every (table, destination) whose rebaseline is pending
+in the state (a schema change sent it back to Init, in this try or an earlier one, and no
+baseline has started since): ``[{"table", "destination", "reason", "request"}]``. Pushed as
+soon as the state is loaded and again once this try's decisions are saved, so a downstream task
+triggers their rebaseline also when the task fails later, or a retry finds them decided."""
 
 
 class PgApplyOperator(BaseOperator):
@@ -67,11 +71,13 @@ class PgApplyOperator(BaseOperator):
         days; None keeps every segment, listed.
     :param on_schema_change: what a destination that can follow a change of a table's columns
         only by a rebaseline does: ``rebaseline`` (default: back to Init for that table alone,
-        listed in XCom ``schema_rebaselines`` for a downstream task to trigger the rebaseline)
-        or ``fail`` (Errored, no retry, until rebaselined).
+        the request kept in the state and listed in XCom ``schema_rebaselines`` by every run
+        until a baseline starts, for a downstream task to trigger the rebaseline) or ``fail``
+        (Errored, no retry, until rebaselined).
     :param baseline_dag_id: the DAG that rebaselines a table (named in the remedies).
-    :param fail_on_rebaseline: fail at the end when a destination went back to Init (default);
-        False when a downstream task triggers the rebaseline and fails the run (the cdc DAG).
+    :param fail_on_rebaseline: fail at the end while a destination waits for the rebaseline a
+        schema change requested (default); False when a downstream task triggers the rebaseline
+        and fails the run (the cdc DAG).
     """
 
     template_fields: Sequence[str] = ("pipeline", "changelog_uri", "destinations")
@@ -129,24 +135,26 @@ class PgApplyOperator(BaseOperator):
         )
         ti = context.get("ti")
         holder = f"pgsync apply {self.pipeline} ({getattr(ti, 'dag_id', '?')}.{getattr(ti, 'task_id', '?')})"
+        names = [destination_name(c) for c in self.destinations]
         with hook.apply_lock(self.pipeline, holder) as lock:
             state = store.load(self.pipeline)
-            run = _Run(Changelog(self.changelog_uri))
+            _push_rebaselines(ti, state, names)  # pending from an earlier try or run
+            run = _Run(Changelog(self.changelog_uri), request=uuid.uuid4().hex[:16])
             self._find_dead_baselines(hook, run, state)
             for config in self.destinations:
                 self._apply_destination(run, state, config, hook)
+            run.stamp_requests()
             pause_point("apply_before_state_write")
             lock.ensure_held()  # a run that lost its lock records nothing (another may run now)
             saved = update_state(store, self.pipeline, run.record)
+            # before anything else can fail: the requests are durable now, and listed
+            rebaselines = _push_rebaselines(ti, saved, names)
             self._discard_backfills(run, state)
             if self.retention is not None:
                 lock.ensure_held()
                 saved = self._prune(store, saved, run.changelog, self.retention)
         summary = run.summary(saved)
-        rebaselines = run.rebaselines(saved)
-        if ti is not None:
-            ti.xcom_push(key=REBASELINES_XCOM, value=rebaselines)
-        failures = run.unavailable + _errored(saved, [destination_name(c) for c in self.destinations])
+        failures = run.unavailable + _errored(saved, names)
         others = bool(failures)
         for sent in rebaselines:
             table, name, reason = sent["table"], sent["destination"], sent["reason"]
@@ -300,6 +308,8 @@ class _Run:
     backfilled: dict[str, list[str]] = field(default_factory=dict)
     backfill_ids: dict[str, str] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)
+    request: str = ""
+    """The id of this run's rebaseline requests (a request id adds its destinations' digest)."""
 
     def summary(self, saved: PipelineState) -> dict[str, Any]:
         """Per table: the changes applied (a backfill's rows count too: they may change the
@@ -311,16 +321,22 @@ class _Run:
             found[key] = {"applied": sum(per.values()), "phase": phase, "destinations": per}
         return found
 
-    def rebaselines(self, saved: PipelineState) -> list[dict[str, str]]:
-        """The (table, destination) a schema change sent back to Init in this run, as saved
-        (a decision that did not land, e.g. a rebaseline started meanwhile, is not listed)."""
-        found = []
+    def stamp_requests(self) -> None:
+        """Give each rebaseline a schema change decided in this run its request id: one per set of
+        destinations a table went back in, so the baseline runs triggered group tables as before
+        and a request sent again maps to the same run (``dags/schema_changes.py``)."""
+        sent: dict[str, list[str]] = {}
         for key, name, _lineage, _before, result in self.decisions:
-            if result.schema_change is None or not isinstance(result.phase, Init) or key not in saved.tables:
-                continue
-            if isinstance(saved.tables[key].destination(name).phase, Init):
-                found.append({"table": key, "destination": name, "reason": result.schema_change})
-        return found
+            if result.schema_change is not None and isinstance(result.phase, Init):
+                sent.setdefault(key, []).append(name)
+        stamped = []
+        for key, name, lineage, before, result in self.decisions:
+            if key in sent and name in sent[key] and result.schema_change is not None:
+                digest = hashlib.sha256("\0".join(sorted(sent[key])).encode()).hexdigest()[:8]
+                phase = Init(reason=result.schema_change, request=f"{self.request}-{digest}")
+                result = replace(result, phase=phase)
+            stamped.append((key, name, lineage, before, result))
+        self.decisions = stamped
 
     def record(self, current: PipelineState) -> PipelineState:
         """The decisions on ``current``: each phase move a compare-and-set on the lineage it was
@@ -334,8 +350,11 @@ class _Run:
                 result.phase == before
                 or have.phase == result.phase
                 or (isinstance(have.phase, Errored) and isinstance(result.phase, Errored))
+                or (isinstance(have.phase, Init) and isinstance(result.phase, Init))
             ):
-                continue  # unchanged (an Errored destination that failed again stays as it was)
+                # unchanged: an Errored destination that failed again stays as it was; one in Init
+                # meanwhile keeps its reason (Init -> Init is no move)
+                continue
             try:
                 current = current.with_destination_phase(key, name, result.phase, lineage=lineage)
             except StaleDecisionError as exc:
@@ -345,6 +364,28 @@ class _Run:
         for key, names in self.backfilled.items():
             current = _backfill_applied(current, key, self.backfill_ids.get(key, ""), names)
         return current
+
+
+def pending_rebaselines(state: PipelineState, names: Sequence[str]) -> list[dict[str, str]]:
+    """Each (table, destination of ``names``) whose rebaseline a schema change requested and
+    that no baseline has started since (Init with a reason), as XCom ``schema_rebaselines`` lists it."""
+    found = []
+    for key, ts in state.tables.items():
+        for name in names:
+            phase = ts.destination(name).phase
+            if isinstance(phase, Init) and phase.pending:
+                item = {"table": key, "destination": name, "reason": phase.reason, "request": phase.request}
+                found.append(item)
+    return found
+
+
+def _push_rebaselines(ti: Any, state: PipelineState, names: Sequence[str]) -> list[dict[str, str]]:
+    """List the rebaselines pending in ``state`` in XCom ``schema_rebaselines`` (replacing what
+    this try pushed before); returns them."""
+    pending = pending_rebaselines(state, names)
+    if ti is not None:
+        ti.xcom_push(key=REBASELINES_XCOM, value=pending)
+    return pending
 
 
 def _errored(state: PipelineState, names: list[str]) -> list[str]:

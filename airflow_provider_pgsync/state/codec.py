@@ -23,7 +23,15 @@ from airflow_provider_pgsync.state.model import (
     SegmentInfo,
     TableState,
 )
-from airflow_provider_pgsync.state.phases import PHASES, DataSync, Errored, SyncDone, TablePhase, table_key
+from airflow_provider_pgsync.state.phases import (
+    DataSync,
+    Errored,
+    Init,
+    Ready,
+    SyncDone,
+    TablePhase,
+    table_key,
+)
 
 
 def pipeline_json(state: PipelineState) -> dict[str, Any]:
@@ -116,6 +124,9 @@ def _phase_json(phase: TablePhase) -> dict[str, Any]:
             "retry": phase.retry,
             "previous": phase.previous,
         }
+    if isinstance(phase, Init) and (phase.reason or phase.request):
+        # written only when set, so a state without a pending rebaseline reads as before
+        return {"kind": phase.kind, "reason": phase.reason, "request": phase.request}
     return {"kind": phase.kind}
 
 
@@ -140,8 +151,13 @@ def _read_phase(data: Mapping[str, Any]) -> TablePhase:
             retry=data["retry"],
             previous=_str(data["previous"], "previous"),
         )
-    if kind in ("Init", "Ready"):
-        return PHASES[kind]()  # type: ignore[call-arg]
+    if kind == "Init":  # reason and request absent in states written before they existed
+        return Init(
+            reason=_str(data.get("reason", ""), "Init reason"),
+            request=_str(data.get("request", ""), "Init request"),
+        )
+    if kind == "Ready":
+        return Ready()
     raise StateError(f"unknown table phase {kind!r}")
 
 

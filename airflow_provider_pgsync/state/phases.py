@@ -47,9 +47,28 @@ def check_xid(value: int, what: str) -> int:
 
 @dataclass(frozen=True)
 class Init:
-    """The table is published and waits for its baseline."""
+    """The table is published and waits for its baseline.
 
+    ``reason`` is why apply sent it back (a schema change the destination follows only by a
+    rebaseline) and ``request`` names that rebaseline request: while both are set the
+    rebaseline is pending and the cdc DAG triggers it (under a run id made from ``request``,
+    so a retry or a later run does not start a second one) and fails its runs naming it. ""
+    for a table that waits for its first baseline, or was sent back for another reason.
+    The next baseline (Init -> DataSync) ends the request.
+    """
+
+    reason: str = ""
+    request: str = ""
     kind: ClassVar[str] = "Init"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reason, str) or not isinstance(self.request, str):
+            raise StateError(f"Init reason and request must be text, not {self.reason!r}, {self.request!r}")
+
+    @property
+    def pending(self) -> bool:
+        """Whether a rebaseline was requested for the table (apply sent it back, with ``reason``)."""
+        return bool(self.reason)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ tables), two tables; ``ALTER COLUMN b TYPE text`` on one of them.
 
 - ``rebaseline``: that table goes back to Init in both destinations alone, the cdc run fails
   naming table, destination and what changed, and it triggers the baseline DAG for exactly that
-  table and those destinations (the DagRun's conf in the metadata DB), once; the other table
-  keeps streaming; the triggered baseline (the SQLite destination's part) then cdc bring it back.
+  table and those destinations (the DagRun's conf in the metadata DB), once: later runs fail
+  naming it as long as it waits, triggering nothing again; the other table keeps streaming;
+  the triggered baseline (the SQLite destination's part) then cdc bring it back.
 - ``fail``: Errored (retry none) with the remedy, the run fails, nothing is triggered, and every
   later run fails as long as a destination is Errored.
 """
@@ -137,11 +138,18 @@ def test_rebaseline_fails_the_run_naming_the_change_and_triggers_exactly_that_re
             f"pgsync_{name}_baseline run {run_id}\n"
         ) in printed, printed[-3000:]
 
-    # the next run triggers nothing again (the rebaseline is queued) and the other table streams on
+    # the next run sends the request again: it triggers nothing new (the rebaseline is queued)
+    # and fails again naming it; the other table streams on
     database.execute("UPDATE other SET v = 'again' WHERE id = 1")
     again = pipeline.run("cdc")
-    assert task_states(again) == CDC_GREEN, task_states(again)
+    assert task_states(again) == {
+        "capture": "success", "apply": "success", "rebaselines": "success",
+        "trigger_rebaseline[0]": "skipped", "outcome": "failed",
+    }, task_states(again)  # fmt: skip
     assert len(triggered_baselines(pipeline)) == len(runs)
+    assert f"rebaseline triggered earlier: pgsync_{name}_baseline run {run_id} (queued)" in (
+        capsys.readouterr().out
+    )
     _equal(database, replica, path, "public.other")
 
     # the triggered run's rebaseline, as far as it needs no Spark (the replica's is a Spark job:
@@ -150,7 +158,10 @@ def test_rebaseline_fails_the_run_naming_the_change_and_triggers_exactly_that_re
     assert str(pipeline.run("baseline", run_conf=sqlite_part).state) == "success"
     database.execute("INSERT INTO items VALUES (52, 'after', 'the rebaseline')")
     cdc = pipeline.run("cdc")
-    assert task_states(cdc) == CDC_GREEN, task_states(cdc)
+    # the replica's part still waits for the run triggered: named again, nothing triggered again
+    assert task_states(cdc)["outcome"] == "failed" and task_states(cdc)["apply"] == "success"
+    assert task_states(cdc)["trigger_rebaseline[0]"] == "skipped"
+    assert len(triggered_baselines(pipeline)) == len(runs)
     phases = _phases(pipeline)
     assert phases[("public.items", "sqlite")] == "Ready" and phases[("public.items", "replica")] == "Init"
     assert sqlite_text(path, "public.items") == source_text(database, "public.items")

@@ -62,13 +62,16 @@ def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
 
     assert _states(run) == {"capture": "success", "apply": outcome}
     table = pipeline.state().table(TABLE)
-    assert table.destination("good").phase == table.destination("picky").phase == Init()
+    good, picky = table.destination("good").phase, table.destination("picky").phase
+    assert isinstance(good, Init) and isinstance(picky, Init)
+    assert good.request == picky.request != ""  # one request: one baseline run for both
     ti = next(t for t in run.get_task_instances() if t.task_id == "apply")
     assert ti.xcom_pull(task_ids="apply", key=REBASELINES_XCOM) == [
         {"table": TABLE, "destination": name, "reason": f"{CHANGE}; destination {name} cannot follow it "
-         "without a rebaseline"}
+         "without a rebaseline", "request": good.request}
         for name in ("good", "picky")
     ]  # fmt: skip
+    assert good.reason == f"{CHANGE}; destination good cannot follow it without a rebaseline"
     printed = capsys.readouterr().out
     named = f"table {TABLE} in destination picky went back to Init: {CHANGE}"
     assert (named in printed) == (outcome == "failed")

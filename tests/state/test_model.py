@@ -49,6 +49,7 @@ def sync_done(draw: st.DrawFn) -> SyncDone:
 
 phases: st.SearchStrategy[TablePhase] = st.one_of(
     st.just(Init()),
+    st.builds(Init, names, names),  # a rebaseline request: why, and its id
     st.just(DataSync()),
     st.just(Ready()),
     sync_done(),
