@@ -260,3 +260,31 @@ def test_a_batch_failing_while_the_next_is_read_keeps_the_earlier_batches_and_th
     watermark = destination.watermark(TableRef.parse("public.orders"))
     destination.close()
     assert watermark is not None and watermark[0] == first_commit
+
+
+def test_a_column_change_right_after_the_baseline_is_checked_at_the_hand_off(
+    make_pipeline: MakePipeline, database: Database, replica: Database
+) -> None:
+    """The baseline copies the table, then a column is added with a default and one dropped
+    before any change is captured: the hand-off's first batch has the new columns, which the
+    replica follows from the copied ones (the added column filled for older rows)."""
+    ddl = "CREATE TABLE items (id int PRIMARY KEY, name text, f float8)"
+    pipeline = make_pipeline([ddl], ["public.items"])
+    database.execute("INSERT INTO items SELECT g, 'item ' || g, g / 4.0 FROM generate_series(1, 50) g")
+    pipeline.capture_until_idle()  # the copied columns are in the changelog (schema version 0)
+    source = database.connect(autocommit=False)
+    source.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    done = exported_snapshot(source)
+    replica.execute(ddl)
+    copy_base(source, replica, "public.items")
+    source.close()
+    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase("public.items", DataSync()))
+    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase("public.items", done))
+
+    database.execute("ALTER TABLE items ADD COLUMN note text DEFAULT 'n'")
+    database.execute("ALTER TABLE items DROP COLUMN f")
+    database.execute("UPDATE items SET note = 'changed' WHERE id <= 5")
+    pipeline.capture_until_idle()
+    # before the check, the replica was handed the new columns as its own and failed on them
+    assert apply_all(pipeline, replica) == {"public.items": Ready()}
+    assert rows(replica, "public.items") == rows(database, "public.items")
