@@ -13,6 +13,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,27 @@ def make_replica(pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterat
     yield make
     for name in made:
         pg_cluster.drop_database(name)
+
+
+@contextmanager
+def login_role(
+    database: Database, monkeypatch: pytest.MonkeyPatch, conn_id: str, attributes: str = ""
+) -> Iterator[str]:
+    """A new LOGIN role (with ``attributes``, pgsync's own SQL: e.g. ``REPLICATION``) reachable as
+    Airflow connection ``conn_id``; what it owns and the role are dropped after the block."""
+    role, password = f"etl_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    database.execute(
+        sql.SQL("CREATE ROLE {} LOGIN {} PASSWORD {}")
+        .format(sql.Identifier(role), sql.SQL(attributes), sql.Literal(password))
+        .as_string(None)
+    )
+    url = database.cluster.url(database.name).replace("pgsync@", f"{role}:{password}@")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
+    try:
+        yield role
+    finally:
+        database.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)).as_string(None))
+        database.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)).as_string(None))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ destination shares: one destination, a PostgreSQL replica, keeps the test to one
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +19,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.test_apply_postgres import rows
-from tests.conftest import Database, MakeReplica
+from tests.conftest import Database, MakeReplica, login_role
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 
 TABLES = ["public.items", "public.tags"]
@@ -30,25 +29,13 @@ TABLES = ["public.items", "public.tags"]
 def etl_conn_id(database: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """An Airflow connection of a new role: LOGIN REPLICATION, no superuser, owner of nothing yet,
     CREATE on the test database."""
-    role, password = f"etl_{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
-    database.execute(
-        sql.SQL("CREATE ROLE {} LOGIN REPLICATION NOSUPERUSER PASSWORD {}")
-        .format(sql.Identifier(role), sql.Literal(password))
-        .as_string(None)
-    )
-    database.execute(
-        sql.SQL("GRANT CREATE ON DATABASE {} TO {}")
-        .format(sql.Identifier(database.name), sql.Identifier(role))
-        .as_string(None)
-    )
-    url = database.cluster.url(database.name).replace("pgsync@", f"{role}:{password}@")
-    monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_ETL", url)
-    try:
+    with login_role(database, monkeypatch, "pgsync_etl", "REPLICATION NOSUPERUSER") as role:
+        database.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}")
+            .format(sql.Identifier(database.name), sql.Identifier(role))
+            .as_string(None)
+        )
         yield role
-    finally:
-        # the slot and publication went with the pipeline's teardown or the database's drop
-        database.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)).as_string(None))
-        database.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)).as_string(None))
 
 
 def _writes(database: Database, start: int, count: int) -> None:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from airflow_provider_pgsync.errors import PreflightError, Problem
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.preflight import TableFacts
-from tests.conftest import Cluster, Database, free_port
+from tests.conftest import Cluster, Database, free_port, login_role
 
 
 @pytest.fixture
@@ -231,20 +229,8 @@ def test_own_pgoutput_slot_passes(database: Database, hook: PgReplicationHook, s
 @pytest.fixture
 def etl_role(database: Database, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A login role without REPLICATION, with an Airflow connection of its own."""
-    role = f"etl_{uuid.uuid4().hex[:8]}"
-    password = uuid.uuid4().hex
-    database.execute(
-        sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}")
-        .format(sql.Identifier(role), sql.Literal(password))
-        .as_string(None)
-    )
-    url = database.cluster.url(database.name).replace("pgsync@", f"{role}:{password}@")
-    monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_ETL", url)
-    try:
+    with login_role(database, monkeypatch, "pgsync_etl") as role:
         yield role
-    finally:
-        database.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)).as_string(None))
-        database.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)).as_string(None))
 
 
 def test_role_without_replication_and_privileges(database: Database, etl_role: str, slot: str) -> None:

@@ -62,6 +62,19 @@ def _operator(pipeline: Pipeline, lake: Path, **kwargs: object) -> PgReconcileOp
     )
 
 
+def _cdc(pipeline: Pipeline, lake: Path, source_conn_id: str) -> None:
+    """One cdc run as the DAG's: capture, then apply recording phases and backfills."""
+    pipeline.capture()
+    PgApplyOperator(
+        task_id="apply",
+        pipeline=pipeline.name,
+        changelog_uri=pipeline.settings.changelog_uri,
+        destinations=[{"kind": "lake", "warehouse": str(lake)}],
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+    ).execute({})  # type: ignore[arg-type]
+
+
 def _edit_base(lake: Path, table: str, edit: pa.Table) -> None:
     """Rewrite the lake table's base files by hand: ``edit(rows)`` for each file."""
     files = LakeFiles(LakeDestination.from_config({"warehouse": str(lake)}))
@@ -84,16 +97,8 @@ def test_differences_in_the_lake_are_found_while_a_writer_runs(
     pipeline.capture_until_idle()
     apply_lake(pipeline, lake)
 
-    def cdc() -> None:  # as the cdc DAG: capture, then apply recording phases and backfills
-        pipeline.capture()
-        PgApplyOperator(
-            task_id="apply",
-            pipeline=pipeline.name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            destinations=[{"kind": "lake", "warehouse": str(lake)}],
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-        ).execute({})  # type: ignore[arg-type]
+    def cdc() -> None:
+        _cdc(pipeline, lake, source_conn_id)
 
     with writer(database, "items", first=100, last=1999, new_from=10_000) as written, looping(cdc) as loop:
         wait_for("the writer's first transactions", lambda: len(written) > 5)
@@ -175,15 +180,7 @@ def test_the_lake_reconciles_after_each_kind_of_ddl_and_after_a_rebaseline(
     pipeline.capture_until_idle()
 
     def cdc() -> None:  # reconcile waits for the lake to reach its source snapshot
-        pipeline.capture()
-        PgApplyOperator(
-            task_id="apply",
-            pipeline=pipeline.name,
-            changelog_uri=pipeline.settings.changelog_uri,
-            destinations=[{"kind": "lake", "warehouse": str(lake)}],
-            postgres_conn_id=source_conn_id,
-            state_backend="postgres",
-        ).execute({})  # type: ignore[arg-type]
+        _cdc(pipeline, lake, source_conn_id)
 
     # the lake cannot follow a dropped column, nor older rows holding the added one's default:
     # the DDL came between the baseline's copy and the first captured change, and is caught there
