@@ -252,17 +252,20 @@ def _handoff_mark(segments: Sequence[SegmentInfo], watermark: Key | None) -> Key
 
 
 def _unknown_copy(batch: pa.RecordBatch, phase: TablePhase, copied: int, version: int) -> SchemaDecision:
-    """At a hand-off, changes of schema version ``version`` where the baseline copied version
-    ``copied`` and the changelog does not hold the columns of that copy: Continue when the
-    baseline's snapshot saw every change of the batch (they are in its base: changes of columns
-    older than the copy committed before the DDL it saw), else Rebaseline, since nothing tells
-    whether the copy's columns can take them."""
-    if version < copied and isinstance(phase, SyncDone) and _after_baseline(batch, phase).num_rows == 0:
-        return SchemaDecision(SchemaAnswer.CONTINUE)
+    """At a hand-off, a batch of schema version ``version`` where the baseline copied version
+    ``copied`` and no diff between them can be made: Continue for an older version whose changes
+    the baseline's snapshot all saw (they are in its base: changes of columns older than the copy
+    committed before the DDL it saw), else Rebaseline, since nothing tells whether the copied
+    columns can take the batch."""
+    if version < copied:
+        if isinstance(phase, SyncDone) and _after_baseline(batch, phase).num_rows == 0:
+            return SchemaDecision(SchemaAnswer.CONTINUE)
+        why = f"changes after its baseline have the older columns of schema version {version}"
+    else:
+        why = "the changelog does not describe those columns"
     return SchemaDecision(
         SchemaAnswer.REBASELINE,
-        f"its baseline copied the columns of schema version {copied}, which the changelog does not "
-        f"describe, and the changes after it have the columns of version {version}",
+        f"its baseline copied the columns of schema version {copied} and {why}",
     )
 
 
