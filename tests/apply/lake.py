@@ -16,6 +16,7 @@ from typing import Any
 from airflow_provider_pgsync.destinations.lake import LakeDestination, catalog_name
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.hooks.spark_submit import driver_environment
+from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.test_apply_postgres import apply_into, column_names
@@ -48,6 +49,20 @@ def baseline(
             meanwhile()
         for future in running:
             future.result()
+
+
+def apply_lake_operator(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:
+    """One run of ``PgApplyOperator`` into the lake, as the cdc DAG's (phases, watermarks and
+    backfills recorded); its result."""
+    operator = PgApplyOperator(
+        task_id="apply",
+        pipeline=pipeline.name,
+        changelog_uri=pipeline.settings.changelog_uri,
+        destinations=[{"kind": "lake", "warehouse": str(lake)}],
+        postgres_conn_id=source_conn_id,
+        state_backend="postgres",
+    )
+    return operator.execute({})  # type: ignore[arg-type]
 
 
 def apply_lake(pipeline: Pipeline, lake: Path) -> dict[str, object]:

@@ -20,12 +20,11 @@ import pytest
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.errors import ConfigError, StateError
-from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import DataSync, PipelineState, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.lake import baseline, lake_session, sort_rows, view_query
+from tests.apply.lake import apply_lake_operator, baseline, lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
@@ -34,21 +33,9 @@ TABLE = "public.items"
 DDL = ["CREATE TABLE items (id int PRIMARY KEY, name text, doc text)"]
 
 
-def _apply(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:
-    operator = PgApplyOperator(
-        task_id="apply",
-        pipeline=pipeline.name,
-        changelog_uri=pipeline.settings.changelog_uri,
-        destinations=[{"kind": "lake", "warehouse": str(lake)}],
-        postgres_conn_id=source_conn_id,
-        state_backend="postgres",
-    )
-    return operator.execute({})  # type: ignore[arg-type]
-
-
 def _cdc(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:
     pipeline.capture_until_idle()
-    return _apply(pipeline, source_conn_id, lake)
+    return apply_lake_operator(pipeline, source_conn_id, lake)
 
 
 def _backfill(pipeline: Pipeline, source_conn_id: str, condition: str | None, table: str = TABLE) -> Any:

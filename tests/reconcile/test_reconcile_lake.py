@@ -16,13 +16,12 @@ import pytest
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.errors import ApplyFailedError, ReconcileError
-from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.reconcile import PgReconcileOperator
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import Init, Ready
-from tests.apply.lake import apply_lake, baseline
+from tests.apply.lake import apply_lake, apply_lake_operator, baseline
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
 from tests.reconcile.conftest import RecordingTI, looping, wait_for_repair, writer
@@ -65,14 +64,7 @@ def _operator(pipeline: Pipeline, lake: Path, **kwargs: object) -> PgReconcileOp
 def _cdc(pipeline: Pipeline, lake: Path, source_conn_id: str) -> None:
     """One cdc run as the DAG's: capture, then apply recording phases and backfills."""
     pipeline.capture()
-    PgApplyOperator(
-        task_id="apply",
-        pipeline=pipeline.name,
-        changelog_uri=pipeline.settings.changelog_uri,
-        destinations=[{"kind": "lake", "warehouse": str(lake)}],
-        postgres_conn_id=source_conn_id,
-        state_backend="postgres",
-    ).execute({})  # type: ignore[arg-type]
+    apply_lake_operator(pipeline, source_conn_id, lake)
 
 
 def _edit_base(lake: Path, table: str, edit: pa.Table) -> None:
