@@ -40,6 +40,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # 2-core machine: a baseline test 70-77 s instead of 101-119 s). spark-submit passes this to
 # every driver JVM (spark-submit, pyspark sessions, spark-sql); production runs keep the defaults.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The operators' own driver archive (hooks/spark_class_archive.py) gives way to the tests' one
+# below; should that be missing, it is kept inside the checkout, not in the home folder.
+os.environ.setdefault("PGSYNC_SPARK_CLASS_ARCHIVE_DIR", str(REPO / ".dev" / "spark-cds"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

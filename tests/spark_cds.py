@@ -8,7 +8,10 @@ load. The archive is dumped once per checkout and JVM (``-XX:ArchiveClassesAtExi
 session that touches what the jobs touch (the Derby metastore, Parquet, a view), and every
 later driver maps it (``-XX:SharedArchiveFile``). A driver whose class path or JVM does not
 match the archive runs as without it (``-Xshare:auto``, the default); its warnings are off.
-Production runs are untouched: only the tests' ``SPARK_SUBMIT_OPTS`` name the archive.
+The operators' drivers have an archive of their own in production, written by the first job
+(``hooks/spark_class_archive.py``); in the tests they give way to this one, which every test
+JVM maps from the start (pyspark sessions of the test scripts too), since ``SPARK_SUBMIT_OPTS``
+names it.
 """
 
 from __future__ import annotations

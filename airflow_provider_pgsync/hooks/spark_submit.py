@@ -12,6 +12,7 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.spark_class_archive import archive_options
 
 DEFAULT_MASTER = "local[*]"
 
@@ -76,6 +77,20 @@ class BaselineSubmitHook(SparkSubmitHook):
         """Set an environment variable of the job's driver (``env_vars``; on YARN and Kubernetes
         the provider passes them as ``--conf``: never a secret)."""
         self._env_vars = {**(self._env_vars or {}), name: value}
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        """Submit as the provider does; a driver that runs here maps the class archive of the
+        drivers before it, or writes it when there is none yet (``spark_class_archive``)."""
+        if self.cluster_mode:
+            return super().submit(application, **kwargs)
+        conf = self._conf
+        env = {**os.environ, **{k: str(v) for k, v in (self._env_vars or {}).items()}}
+        try:
+            with archive_options(conf, env, str(conf.get("spark.driver.extraClassPath", ""))) as driver_conf:
+                self._conf = driver_conf
+                return super().submit(application, **kwargs)
+        finally:
+            self._conf = conf
 
     def _get_spark_binary_path(self) -> list[str]:
         binary = self._connection["spark_binary"]

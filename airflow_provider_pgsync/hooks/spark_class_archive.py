@@ -1,0 +1,163 @@
+"""A class-data-sharing archive for the Spark drivers pgsync starts on this machine.
+
+A driver of a baseline, compaction or reconciliation job spends seconds loading and verifying
+the same ~20,000 classes of Spark, Hive, Derby and Parquet before it does any work, and with
+the Hive catalog it does much of that while the job runs. The JVM's own dynamic AppCDS
+(JDK 13 and later; Spark 4 needs 17) maps them from an archive instead: the first job whose
+driver runs here writes the archive when it exits (``-XX:ArchiveClassesAtExit``), and every
+later one maps it (``-XX:SharedArchiveFile``). Measured on the 2-core machine: a baseline's
+session start 4.3-5.1 s instead of 6.4-6.5 s, and its copy and swap 5.1-5.6 s instead of
+6.7-7.8 s (``dev/bench baseline``).
+
+Only drivers that run here (local masters and client deploy mode) get it. The archive belongs
+to one JVM binary, Spark distribution and class path (its name is a digest of them); a JVM that
+finds it does not match runs as without it (``-Xshare:auto``, the default), its warning off.
+Jobs that set their own class-sharing options are left alone, and ``-Xshare:off`` in
+``spark.driver.extraJavaOptions`` turns it off; ``PGSYNC_SPARK_CLASS_ARCHIVE_DIR`` names the
+folder (default: ``$XDG_CACHE_HOME/pgsync`` or ``~/.cache/pgsync``), and ``off`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+log = logging.getLogger(__name__)
+
+DIR_VARIABLE = "PGSYNC_SPARK_CLASS_ARCHIVE_DIR"
+_QUIET = "-Xlog:cds=off,cds+dynamic=off"
+# options that mean the job manages class sharing itself
+_OWN_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare:off", "-XX:-UseSharedSpaces")
+# what a driver's class path is made of, besides the Spark distribution
+_CLASS_PATH_VARIABLES = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+
+
+@dataclass(frozen=True)
+class DriverArchive:
+    """The driver's options for the archive ``path``: map it (``dump`` False), or write it at
+    exit into ``partial`` (``dump`` True; ``publish`` moves it into place after a clean exit)."""
+
+    path: Path
+    dump: bool
+    partial: Path | None = None
+    lock: IO[str] | None = None
+
+    @property
+    def java_options(self) -> str:
+        if self.dump:
+            return f"-XX:ArchiveClassesAtExit={self.partial} {_QUIET}"
+        return f"-XX:SharedArchiveFile={self.path} {_QUIET}"
+
+    def publish(self, succeeded: bool) -> None:
+        """After the driver exited: a clean exit's archive goes into place for the next jobs."""
+        if not self.dump:
+            return
+        assert self.partial is not None and self.lock is not None
+        try:
+            if succeeded and self.partial.exists() and self.partial.stat().st_size > 0:
+                os.replace(self.partial, self.path)
+                log.info("saved the Spark driver's classes in %s: later jobs start faster", self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                self.partial.unlink()
+            self.lock.close()
+
+
+def archive_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the archives go; None: turned off."""
+    named = environ.get(DIR_VARIABLE, "").strip()
+    if named.lower() == "off":
+        return None
+    if named:
+        return Path(named)
+    cache = environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(cache) if cache else Path.home() / ".cache") / "pgsync"
+
+
+def driver_archive(
+    java_options: str, env: Mapping[str, str], driver_class_path: str = ""
+) -> DriverArchive | None:
+    """The archive options for a driver that runs here with ``java_options`` (its
+    ``spark.driver.extraJavaOptions``) and environment ``env``; None when the job manages class
+    sharing itself, it is turned off, or the folder cannot be written."""
+    submit_options = env.get("SPARK_SUBMIT_OPTS", "")
+    if any(o in java_options or o in submit_options for o in _OWN_OPTIONS):
+        return None
+    folder = archive_dir(env)
+    key = _key(env, driver_class_path)
+    if folder is None or key is None:
+        return None
+    path = folder / f"spark-driver-{key}.jsa"
+    if path.exists():
+        return DriverArchive(path, dump=False)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = _try_lock(folder / ".dump.lock")
+    except OSError as exc:
+        log.info("no class archive for the Spark driver (%s): it starts without one", exc)
+        return None
+    if lock is None:  # another job is writing it now
+        return None
+    if path.exists():  # written while we looked
+        lock.close()
+        return DriverArchive(path, dump=False)
+    log.info("the Spark driver saves its classes in %s when it exits (once per Java and Spark)", path)
+    partial = folder / f".spark-driver-{key}.{os.getpid()}.partial"
+    return DriverArchive(path, dump=True, partial=partial, lock=lock)
+
+
+@contextlib.contextmanager
+def archive_options(
+    conf: dict[str, str], env: Mapping[str, str], driver_class_path: str = ""
+) -> Iterator[dict[str, str]]:
+    """``conf`` with the archive's options added to ``spark.driver.extraJavaOptions`` for the
+    block that runs the driver; a dumped archive is kept only when the block ends normally."""
+    options = conf.get("spark.driver.extraJavaOptions", "")
+    archive = driver_archive(options, env, driver_class_path)
+    if archive is None:
+        yield conf
+        return
+    succeeded = False
+    try:
+        yield {**conf, "spark.driver.extraJavaOptions": f"{options} {archive.java_options}".strip()}
+        succeeded = True
+    finally:
+        archive.publish(succeeded)
+
+
+def _key(env: Mapping[str, str], driver_class_path: str) -> str | None:
+    """A digest of what the archive depends on: the JVM binary, the Spark distribution and the
+    driver's class path; None without a JVM."""
+    java_home = env.get("JAVA_HOME", "")
+    java = shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else shutil.which("java")
+    spark_home = env.get("SPARK_HOME", "")
+    if java is None or not spark_home:
+        return None
+    binary = Path(java).resolve()
+    jars = Path(spark_home, "jars")
+    try:
+        stamps = [binary.stat().st_mtime_ns, jars.stat().st_mtime_ns]
+        parts = [str(binary), str(jars.resolve()), *map(str, stamps)]
+    except OSError:
+        return None
+    parts += [f"{name}={env.get(name, '')}" for name in _CLASS_PATH_VARIABLES]
+    parts.append(driver_class_path)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _try_lock(path: Path) -> IO[str] | None:
+    lock = open(path, "a")  # noqa: SIM115 (held until the archive is published)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock

@@ -1,0 +1,130 @@
+"""The Spark drivers' class archive: the first driver that runs here writes it at exit, later
+ones map it; a job with its own class-sharing options, a folder turned off or unwritable, a
+failed job and an archive that does not fit the JVM change nothing else."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_pgsync.hooks.spark_class_archive import (
+    DIR_VARIABLE,
+    archive_dir,
+    archive_options,
+    driver_archive,
+)
+from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def _env(folder: Path, **more: str) -> dict[str, str]:
+    return {**os.environ, **driver_environment(), "SPARK_SUBMIT_OPTS": "", DIR_VARIABLE: str(folder), **more}
+
+
+def test_the_first_driver_writes_the_archive_and_later_ones_map_it(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    with archive_options({JAVA_OPTIONS: "-Dx=1"}, env) as conf:
+        options = conf[JAVA_OPTIONS]
+        assert options.startswith("-Dx=1 -XX:ArchiveClassesAtExit=")
+        partial = Path(options.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+        partial.write_bytes(b"classes")  # what the JVM writes at exit
+    [archive] = tmp_path.glob("spark-driver-*.jsa")
+    assert archive.read_bytes() == b"classes" and not partial.exists()
+    with archive_options({}, env) as conf:
+        assert conf[JAVA_OPTIONS] == f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+
+
+def test_a_failed_driver_leaves_no_archive(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError), archive_options({}, _env(tmp_path)) as conf:
+        partial = Path(conf[JAVA_OPTIONS].split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+        partial.write_bytes(b"half")
+        raise RuntimeError("the job failed")
+    assert not list(tmp_path.glob("*.jsa")) and not partial.exists()
+
+
+@pytest.mark.parametrize(
+    ("java_options", "submit_options"),
+    [
+        ("-Xshare:off", ""),
+        ("-XX:SharedArchiveFile=/opt/mine.jsa", ""),
+        ("", "-XX:SharedArchiveFile=/opt/mine.jsa -Xlog:disable"),
+        ("", "-XX:ArchiveClassesAtExit=/tmp/x.jsa"),
+    ],
+)
+def test_a_job_with_its_own_class_sharing_is_left_alone(
+    tmp_path: Path, java_options: str, submit_options: str
+) -> None:
+    env = _env(tmp_path, SPARK_SUBMIT_OPTS=submit_options)
+    with archive_options({JAVA_OPTIONS: java_options}, env) as conf:
+        assert conf.get(JAVA_OPTIONS, "") == java_options
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_folder_can_be_named_or_turned_off(tmp_path: Path) -> None:
+    assert archive_dir({DIR_VARIABLE: "OFF"}) is None
+    assert driver_archive("", _env(tmp_path, **{DIR_VARIABLE: "off"})) is None
+    assert archive_dir({DIR_VARIABLE: str(tmp_path)}) == tmp_path
+    assert archive_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "pgsync"
+    assert archive_dir({}) == Path.home() / ".cache" / "pgsync"
+
+
+def test_an_unwritable_folder_or_a_dump_under_way_means_no_archive(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert driver_archive("", _env(blocked / "archives")) is None
+    with open(tmp_path / ".dump.lock", "a") as lock:  # another job is writing it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert driver_archive("", _env(tmp_path)) is None
+    assert driver_archive("", _env(tmp_path)) is not None
+
+
+def test_the_archive_belongs_to_one_jvm_and_class_path(tmp_path: Path) -> None:
+    first = driver_archive("", _env(tmp_path))
+    assert first is not None and first.lock is not None
+    first.lock.close()
+    other = driver_archive("", _env(tmp_path, SPARK_CONF_DIR="/etc/spark/conf"))
+    assert other is not None and other.path != first.path
+    assert other.lock is not None
+    other.lock.close()
+
+
+_APP = """
+import os, sys
+# the driver's JVM (spark-submit) runs this script as its child: does it map the archive?
+maps = open(f"/proc/{os.getppid()}/maps").read()
+open(sys.argv[1], "w").write("mapped" if sys.argv[2] in maps else "not mapped")
+"""
+
+
+def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit through the hook, as the operators do: the first driver writes the archive,
+    the second maps it, and one that does not fit the JVM is passed over (the job runs)."""
+    folder = tmp_path / "archives"
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
+    monkeypatch.setenv(DIR_VARIABLE, str(folder))
+    app = tmp_path / "app.py"
+    app.write_text(_APP)
+
+    def run(name: str) -> str:
+        out = tmp_path / f"{name}.txt"
+        hook = BaselineSubmitHook(
+            application_args=[str(out), str(folder)],
+            env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment()},
+        )
+        hook.submit(str(app))
+        return out.read_text()
+
+    assert run("first") == "not mapped"
+    [archive] = folder.glob("spark-driver-*.jsa")
+    assert archive.stat().st_size > 1_000_000
+    assert run("second") == "mapped"
+    archive.chmod(0o644)
+    archive.write_bytes(b"not an archive")
+    assert run("third") == "not mapped"  # found unfit and passed over: the job runs
