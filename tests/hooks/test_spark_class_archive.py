@@ -73,6 +73,13 @@ def test_the_folder_can_be_named_or_turned_off(tmp_path: Path) -> None:
     assert archive_dir({}) == Path.home() / ".cache" / "pgsync"
 
 
+@pytest.mark.parametrize("name", ["a b", "it's", 'say "x"', "back\\slash"])
+def test_a_folder_spark_would_split_gets_no_archive(tmp_path: Path, name: str) -> None:
+    with archive_options({JAVA_OPTIONS: "-Dx=1"}, _env(tmp_path / name)) as conf:
+        assert conf[JAVA_OPTIONS] == "-Dx=1"
+    assert not list(tmp_path.iterdir())
+
+
 def test_an_unwritable_folder_or_a_dump_under_way_means_no_archive(tmp_path: Path) -> None:
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
