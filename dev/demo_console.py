@@ -5,8 +5,9 @@ tree, and together they print hundreds of lines where a dozen matter. ``QuietCon
 the process's standard output and error (file descriptors 1 and 2, so child processes such as
 spark-submit follow) at a pipe; a thread copies every line into the log file and shows on the
 terminal only what ``shown`` picks: the messages of pgsync's own loggers (its operators, hooks
-and tasks, and its Spark jobs' progress lines) and every error. The demo's own lines go
-straight to the terminal through ``say``.
+and tasks, and its Spark jobs' progress lines) and every error. The demo's own lines
+(``say``) pass through the same pipe, marked, so the terminal shows every line in the order
+it was written.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _ROUTINE = re.compile(
 _SPARK_SUBMIT_LOGGER = ".hooks.spark_submit."
 _ERRORS = ("error", "critical", "exception")
 _END = "\0pgsync demo console end\0\n"
+# the start of a line of the demo's own (``say``): shown on the terminal as it is
+_SAY = "\0pgsync demo says\0"
 
 
 def shown(line: str) -> str | None:
@@ -62,7 +65,6 @@ class QuietConsole:
         self._saved: tuple[int, int] = (-1, -1)
         self._writer = -1
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     def __enter__(self) -> QuietConsole:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,26 +81,26 @@ class QuietConsole:
         return self
 
     def say(self, text: str) -> None:
-        """One line of the demo's own on the terminal (and in the log, to read them together)."""
-        with self._lock:
-            assert self._terminal is not None
-            self._terminal.write(text + "\n")
-        print(text, flush=True)
+        """One line of the demo's own on the terminal (and in the log, to read them together).
+        It goes through the pipe like every other line, so the terminal shows the lines in the
+        order they were written (a child's line still in the pipe comes first)."""
+        print(_SAY + text.replace("\n", " "), flush=True)
 
     def _copy(self, reader: int) -> None:
         with os.fdopen(reader, errors="replace") as source, self.log_path.open("w") as log:
             for line in source:
                 if line == _END:
                     return
+                said = line.startswith(_SAY)
+                line = line.removeprefix(_SAY)
                 log.write(line)
                 log.flush()
                 self.lines += 1
                 try:
-                    text = shown(line)
+                    text = line.rstrip("\n") if said else shown(line)
                     if text is not None:
-                        with self._lock:
-                            assert self._terminal is not None
-                            self._terminal.write(text + "\n")
+                        assert self._terminal is not None
+                        self._terminal.write(text + "\n")
                 except (OSError, ValueError) as exc:  # the terminal went away: keep draining
                     log.write(f"demo console: could not show a line: {exc}\n")
 
