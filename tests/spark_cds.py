@@ -20,11 +20,12 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from airflow_provider_pgsync.hooks.spark_class_archive import java_binary
 
 _DUMP_SCRIPT = """
 import sys
@@ -45,17 +46,11 @@ spark.stop()
 
 def _key() -> str | None:
     """What the archive depends on: the JVM binary and the Spark distribution."""
-    java = (
-        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
-        if "JAVA_HOME" in os.environ
-        else None
-    )
-    java = java or shutil.which("java")
-    if java is None:
+    binary = java_binary()
+    if binary is None:
         return None
     import pyspark
 
-    binary = Path(java).resolve()
     parts = [
         str(binary),
         str(binary.stat().st_mtime_ns),

@@ -30,7 +30,7 @@ import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +46,16 @@ _CLASS_PATH_VARIABLES = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "
 
 @dataclass(frozen=True)
 class DriverArchive:
-    """The driver's options for the archive ``path``: map it (``dump`` False), or write it at
-    exit into ``partial`` (``dump`` True; ``publish`` moves it into place after a clean exit)."""
+    """The driver's options for the archive ``path``: map it, or (given ``partial``) write it at
+    exit into ``partial``, which ``publish`` moves into place after a clean exit."""
 
     path: Path
-    dump: bool
     partial: Path | None = None
     lock: IO[str] | None = None
+
+    @property
+    def dump(self) -> bool:
+        return self.partial is not None
 
     @property
     def java_options(self) -> str:
@@ -108,7 +111,7 @@ def driver_archive(
         return None
     path = folder / f"spark-driver-{key}.jsa"
     if path.exists():
-        return DriverArchive(path, dump=False)
+        return DriverArchive(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = _try_lock(folder / ".dump.lock")
@@ -119,20 +122,19 @@ def driver_archive(
         return None
     if path.exists():  # written while we looked
         lock.close()
-        return DriverArchive(path, dump=False)
+        return DriverArchive(path)
     log.info("the Spark driver saves its classes in %s when it exits (once per Java and Spark)", path)
     partial = folder / f".spark-driver-{key}.{os.getpid()}.partial"
-    return DriverArchive(path, dump=True, partial=partial, lock=lock)
+    return DriverArchive(path, partial=partial, lock=lock)
 
 
 @contextlib.contextmanager
-def archive_options(
-    conf: dict[str, str], env: Mapping[str, str], driver_class_path: str = ""
-) -> Iterator[dict[str, str]]:
-    """``conf`` with the archive's options added to ``spark.driver.extraJavaOptions`` for the
-    block that runs the driver; a dumped archive is kept only when the block ends normally."""
-    options = conf.get("spark.driver.extraJavaOptions", "")
-    archive = driver_archive(options, env, driver_class_path)
+def archive_options(conf: dict[str, Any], env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    """``conf`` (a job's Spark configuration) with the archive's options added to
+    ``spark.driver.extraJavaOptions`` for the block that runs the driver; a dumped archive is
+    kept only when the block ends normally."""
+    options = str(conf.get("spark.driver.extraJavaOptions", ""))
+    archive = driver_archive(options, env, str(conf.get("spark.driver.extraClassPath", "")))
     if archive is None:
         yield conf
         return
@@ -147,12 +149,10 @@ def archive_options(
 def _key(env: Mapping[str, str], driver_class_path: str) -> str | None:
     """A digest of what the archive depends on: the JVM binary, the Spark distribution and the
     driver's class path; None without a JVM."""
-    java_home = env.get("JAVA_HOME", "")
-    java = shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else shutil.which("java")
+    binary = java_binary(env)
     spark_home = env.get("SPARK_HOME", "")
-    if java is None or not spark_home:
+    if binary is None or not spark_home:
         return None
-    binary = Path(java).resolve()
     jars = Path(spark_home, "jars")
     try:
         stamps = [binary.stat().st_mtime_ns, jars.stat().st_mtime_ns]
@@ -162,6 +162,14 @@ def _key(env: Mapping[str, str], driver_class_path: str) -> str | None:
     parts += [f"{name}={env.get(name, '')}" for name in _CLASS_PATH_VARIABLES]
     parts.append(driver_class_path)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def java_binary(env: Mapping[str, str] = os.environ) -> Path | None:
+    """The JVM spark-submit starts with ``env`` (``$JAVA_HOME/bin/java``, else ``java`` on the
+    path), resolved; None without one."""
+    java_home = env.get("JAVA_HOME", "")
+    java = shutil.which("java", path=os.path.join(java_home, "bin")) if java_home else shutil.which("java")
+    return Path(java).resolve() if java is not None else None
 
 
 def _try_lock(path: Path) -> IO[str] | None:
