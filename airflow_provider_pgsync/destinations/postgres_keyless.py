@@ -8,15 +8,19 @@ a temporary table and one ``DELETE`` removes that many equal rows of the table (
 numbered with ``row_number()``, rows addressed by ``ctid``), before the new rows go into the
 table with one ``COPY`` (so the DELETE's scan does not read them; their COPY text is written
 meanwhile). Should the table lack some old row (a row sent with two texts that did not
-cancel), that attempt is rolled back to a savepoint and the new rows are copied first. Rows
-are equal as the change-by-change path compared them: column by column, ``text`` casts with
-``IS NOT DISTINCT FROM`` (NULLs equal, types without an equality operator such as json or
-point compared by their text). That comparison runs only on candidate pairs of one hash join
-over one scan of the table: rows equal in the fewest columns that tell the old rows apart,
-by those columns' own equality (columns with a hash opclass and no NULL among the old rows;
-equal texts are equal values), else rows with an equal ``hash_record`` of the whole row. A
-table lacking rows the source removed is an error. The cost per batch: a ``COPY`` of its new
-rows and one scan of the table as it was before the batch when it removes rows.
+cancel), that attempt is rolled back to a savepoint and the new rows are copied first.
+
+Rows are equal as the change-by-change path compared them: column by column, by their text
+with ``IS NOT DISTINCT FROM`` (NULLs equal; types without an equality operator such as json
+or point compared by their text too), byte for byte (the "C" collation). A column whose type's
+own equality is equality of text (``_TEXT_EQUALITY``: integers, timestamps, uuid, text in a
+deterministic collation...) is compared by that equality, without writing its text per row.
+That comparison runs only on candidate pairs of one hash join over one scan of the table:
+rows equal in the fewest columns that tell the old rows apart, by those columns' own equality
+(columns with a hash opclass and no NULL among the old rows; equal texts are equal values),
+else rows with an equal ``hash_record`` of the whole row. A table lacking rows the source
+removed is an error. The cost per batch: a ``COPY`` of its new rows and one scan of the table
+as it was before the batch when it removes rows.
 """
 
 from __future__ import annotations
@@ -40,19 +44,30 @@ from airflow_provider_pgsync.state.model import ColumnInfo
 if TYPE_CHECKING:
     from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 
-# the columns of a table whose type (or a domain's base type) has a default hash opclass,
-# directly or through a binary-coercible type (varchar through text), as hash_record finds it
-_HASHABLE = """
-SELECT a.attname::text FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
-  AND EXISTS (
+# Built-in types (by OID) whose equality is equality of their output text in one session:
+# bool, bytea, "char", name, int8, int2, int4, text, oid, varchar, date, time, timestamp,
+# timestamptz, uuid. Not float4/float8 (0 = -0), numeric (1.0 = 1.00), bpchar (trailing
+# blanks), interval ('1 day' = '24 hours'), jsonb, timetz, inet and the like. Collatable
+# ones only under a deterministic collation (equal only when byte for byte the same).
+_TEXT_EQUALITY = (16, 17, 18, 19, 20, 21, 23, 25, 26, 1043, 1082, 1083, 1114, 1184, 2950)
+
+# per column of a table (a domain by its base type): whether the type has a default hash
+# opclass, directly or through a binary-coercible type (varchar through text), as
+# hash_record finds it; and whether its own equality is equality of its text
+_COLUMN_EQUALITY = """
+SELECT a.attname::text,
+  EXISTS (
     SELECT FROM pg_opclass o JOIN pg_am m ON m.oid = o.opcmethod
     WHERE m.amname = 'hash' AND o.opcdefault AND (
-      o.opcintype = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+      o.opcintype = b.base
       OR EXISTS (
         SELECT FROM pg_cast c
-        WHERE c.castsource = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-          AND c.casttarget = o.opcintype AND c.castmethod = 'b')))
+        WHERE c.castsource = b.base AND c.casttarget = o.opcintype AND c.castmethod = 'b'))),
+  b.base = ANY(%s::oid[]) AND coalesce(
+    (SELECT l.collisdeterministic FROM pg_collation l WHERE l.oid = a.attcollation), true)
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid,
+  LATERAL (SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END AS base) b
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
 """
 
 
@@ -172,14 +187,22 @@ def _occurrence(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _hashable(destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]) -> set[str]:
-    """The columns of ``table`` with a hash opclass, read once per session and column types."""
+def _equality(
+    destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]
+) -> tuple[frozenset[str], frozenset[str]]:
+    """The columns of ``table`` with a hash opclass, and those whose equality is equality of
+    text (``_COLUMN_EQUALITY``); read once per session and column types."""
     conn = destination._conn
     key = (str(table), tuple((c.name, destination._type(table, c)) for c in columns))
-    if key not in destination._hashable:
-        rows = conn.execute(_HASHABLE, (table.identifier.as_string(conn),)).fetchall()
-        destination._hashable[key] = frozenset(str(r[0]) for r in rows)
-    return set(destination._hashable[key])
+    if key not in destination._equality:
+        named = table.identifier.as_string(conn)
+        rows = conn.execute(_COLUMN_EQUALITY, (list(_TEXT_EQUALITY), named)).fetchall()
+        destination._equality[key] = (
+            frozenset(str(r[0]) for r in rows if r[1]),
+            frozenset(str(r[0]) for r in rows if r[2]),
+        )
+    hashable, by_value = destination._equality[key]
+    return hashable, by_value
 
 
 def _delete(
@@ -189,10 +212,11 @@ def _delete(
     it removed."""
     conn = destination._conn
     names = [c.name for c in columns]
-    hashable = _hashable(destination, table, columns)
+    hashable, by_value = _equality(destination, table, columns)
     # the distinct old rows, each with how many equal rows go (n) and a number (g)
     n, g, h = (_free(names, base) for base in ("n", "g", "h"))
-    texts = [_free(names, f"text_{i}") for i in range(len(names))]
+    by_text = [c for c in names if c not in by_value]
+    texts = {c: _free(names, f"text_{i}") for i, c in enumerate(by_text)}
     distinct = run.deletes.group_by(names, use_threads=False).aggregate([([], "count_all")])
     distinct = distinct.rename_columns([*names, n]).append_column(
         g, pa.array(np.arange(distinct.num_rows, dtype=np.int64))
@@ -230,7 +254,7 @@ def _delete(
             "DELETE FROM {table} WHERE ctid = ANY(ARRAY("
             "SELECT m.ctid FROM ("
             " SELECT t.ctid, s.{n} AS n, row_number() OVER (PARTITION BY s.{g}) AS r"
-            " FROM {table} AS t JOIN (SELECT *, {texts} FROM {staged} OFFSET 0) AS s"  # not inlined
+            " FROM {table} AS t JOIN (SELECT *{texts} FROM {staged} OFFSET 0) AS s"  # not inlined
             " ON {candidates} AND {equal}"
             ") AS m WHERE m.r <= m.n))"
         ).format(
@@ -241,13 +265,17 @@ def _delete(
             candidates=candidates,
             # the old rows' texts once each (OFFSET 0 keeps them out of the join's filter), not
             # once per candidate pair
-            texts=sql.SQL(", ").join(
-                sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(t))
-                for c, t in zip(names, texts, strict=True)
+            texts=sql.SQL("").join(
+                sql.SQL(', {}::text COLLATE "C" AS {}').format(sql.Identifier(c), sql.Identifier(t))
+                for c, t in texts.items()
             ),
             equal=sql.SQL(" AND ").join(
-                sql.SQL("t.{}::text IS NOT DISTINCT FROM s.{}").format(sql.Identifier(c), sql.Identifier(t))
-                for c, t in zip(names, texts, strict=True)
+                sql.SQL('t.{}::text COLLATE "C" IS NOT DISTINCT FROM s.{}').format(
+                    sql.Identifier(c), sql.Identifier(texts[c])
+                )
+                if c in texts
+                else sql.SQL("t.{0} IS NOT DISTINCT FROM s.{0}").format(sql.Identifier(c))
+                for c in names
             ),
         )
     ).rowcount
@@ -274,7 +302,7 @@ def _native_keys(distinct: pa.Table, hashable: list[str]) -> list[str]:
     return keys if 2 * apart >= distinct.num_rows else []
 
 
-def _row_hash(alias: str, names: list[str], hashable: set[str]) -> sql.Composed:
+def _row_hash(alias: str, names: list[str], hashable: frozenset[str]) -> sql.Composed:
     """``hash_record`` of a row: the columns with a hash opclass as they are, the others as
     text (equal texts, equal hashes)."""
     return sql.SQL("hash_record(ROW({}))").format(

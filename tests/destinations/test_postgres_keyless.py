@@ -8,10 +8,11 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from psycopg import sql
 
 from airflow_provider_pgsync.apply.multiset import MultisetRun
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.destinations.postgres_keyless import cancelled
+from airflow_provider_pgsync.destinations.postgres_keyless import _TEXT_EQUALITY, cancelled
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle
@@ -297,3 +298,67 @@ def test_a_row_whose_text_changed_between_its_insert_and_delete_is_still_removed
     destination.apply(EVENTS, cols, change_batch(cols, changes, first_lsn=32), (48, 1))
     assert reader(database)(EVENTS) == []
     assert destination.watermark(EVENTS) == (48, 1)
+
+
+def test_rows_equal_under_a_nondeterministic_collation_but_not_as_text_stay_apart(
+    database: Database, destination: PostgresDestination
+) -> None:
+    """A replica's column under a case-insensitive collation: 'A' = 'a' there, yet the source
+    removed only the row 'a' (in a later batch). Rows compare byte for byte, so both 'A' rows
+    stay (the old row's candidates come from the column ``a``: all three rows are)."""
+    with database.connect() as conn:
+        conn.execute(
+            "CREATE COLLATION pgsync_ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)"
+        )
+        conn.execute("CREATE TABLE public.events (a integer, b text COLLATE pgsync_ci)")
+        conn.commit()
+    cols = [column("a", INT4, key=True), column("b", TEXT, key=True)]
+    changes = [insert({"a": "1", "b": b}) for b in ("A", "A", "a")] + [delete({"a": "1", "b": "a"})]
+    rows = run_lifecycle(destination, EVENTS, cols, changes, read_rows=reader(database), batch_size=3)
+    assert rows == [{"a": "1", "b": "A"}, {"a": "1", "b": "A"}]
+
+
+def test_types_compared_by_their_own_equality_are_equal_only_when_their_texts_are(
+    database: Database,
+) -> None:
+    """``_TEXT_EQUALITY``: a type listed there whose values can be equal with two texts would
+    let a DELETE remove the wrong one of two rows. Values close to each other, in several
+    spellings, are equal as the type exactly when they print the same; every listed type is
+    sampled (as float8 would fail: 0 = -0)."""
+    samples = {
+        "bool": ["t", "true", "yes", "f", "0"],
+        "bytea": ["\\x00", "\\x0000", "\\x", "a"],
+        '"char"': ["a", "b", ""],
+        "name": ["a", "A", "a "],
+        "bigint": ["1", "01", "-0", "0", "+1"],
+        "smallint": ["1", "01", "-0", "0"],
+        "integer": ["1", "01", "-0", "0"],
+        "text": ["a", "a ", "A", ""],
+        "oid": ["1", "01", "4294967295", "-1"],
+        "varchar": ["a", "a ", "A"],
+        "date": ["2024-01-01", "2024-1-1", "infinity", "20240101"],
+        "time": ["01:00", "01:00:00", "01:00:00.000001", "24:00", "00:00"],
+        "timestamp": [
+            "2024-01-01 00:00",
+            "2024-01-01 00:00:00.000000",
+            "infinity",
+            "2024-01-01 00:00:00.000001",
+        ],
+        "timestamptz": ["2024-01-01 00:00+00", "2024-01-01 01:00+01", "2024-01-01 00:00:00.1+00"],
+        "uuid": ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "A0EEBC999C0B4EF8BB6D6BB9BD380A11"],
+    }
+    with database.connect() as conn:
+        sampled = set()
+        for name, values in samples.items():
+            kind = sql.SQL(name)  # the names above
+            sampled.add(
+                conn.execute(sql.SQL("SELECT {}::regtype::oid::int").format(sql.Literal(name))).fetchone()
+            )
+            for a in values:
+                for b in values:
+                    row = conn.execute(
+                        sql.SQL("SELECT %s::{0} = %s::{0}, %s::{0}::text = %s::{0}::text").format(kind),
+                        (a, b, a, b),
+                    ).fetchone()
+                    assert row is not None and row[0] == row[1], (name, a, b, row)
+    assert {r[0] for r in sampled if r is not None} == set(_TEXT_EQUALITY)
