@@ -43,7 +43,8 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
     names = [c.name for c in columns]
     n = batch.num_rows
     ops = batch.column(OP)
-    rows = pa.Table.from_batches([batch])
+    # only the columns runs are made of: ``take`` copies every column it is given
+    rows = pa.Table.from_batches([batch]).select([*names, *(old_key_column(c) for c in names)])
     # REPLICA IDENTITY FULL sends the whole old row of every UPDATE, so an UPDATE's old row
     # is its old columns even when all of them are NULL (a row of NULLs only); a DELETE's row
     # is in the row's own columns (the changelog's layout) unless old columns are there
@@ -67,7 +68,8 @@ def multiset_runs(columns: Sequence[ColumnInfo], batch: pa.RecordBatch) -> list[
                     old = _before(taken, c, has_old[added])
                     index = inserts.schema.get_field_index(c)
                     inserts = inserts.set_column(index, c, pc.if_else(pa.array(kept), old, inserts.column(c)))
-            deletes = pa.table({c: _before(rows.take(removed), c, has_old[removed]) for c in names})
+            gone = rows.take(removed)
+            deletes = pa.table({c: _before(gone, c, has_old[removed]) for c in names})
             runs.append(MultisetRun(inserts=inserts, deletes=deletes))
         if end < n:
             runs.append(Truncate())

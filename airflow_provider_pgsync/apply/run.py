@@ -121,7 +121,8 @@ def apply_table(
             table,
             segments,
             after=watermark,
-            batch_rows=min(batch_rows, 65536),
+            batch_rows=batch_rows,
+            batch_bytes=batch_bytes,
             xid_reference=phase.xmax if isinstance(phase, SyncDone) else None,
         )
         # the next batch is read while the destination applies this one

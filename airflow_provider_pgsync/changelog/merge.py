@@ -114,13 +114,16 @@ class _Cursor:
 
 
 class _Rebatcher:
-    """Joins ordered pieces of one schema version into batches of ``batch_rows`` rows."""
+    """Joins ordered pieces of one schema version into batches of ``batch_rows`` rows, or
+    fewer when that many would hold more than about ``batch_bytes`` bytes."""
 
-    def __init__(self, batch_rows: int) -> None:
+    def __init__(self, batch_rows: int, batch_bytes: int | None = None) -> None:
         self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
         self.version: int | None = None
         self.parts: list[pa.Table] = []
         self.rows = 0
+        self.bytes = 0
 
     def add(self, version: int, table: pa.Table) -> Iterator[tuple[int, pa.RecordBatch]]:
         if self.version is not None and version != self.version:
@@ -128,17 +131,24 @@ class _Rebatcher:
         self.version = version
         self.parts.append(table)
         self.rows += table.num_rows
-        while self.rows >= self.batch_rows:
+        self.bytes += table.nbytes
+        while (cut := self._cut()) is not None:
             whole = pa.concat_tables(self.parts)
-            rest = whole.slice(self.batch_rows)
-            yield version, _one_batch(whole.slice(0, self.batch_rows))
+            rest = whole.slice(cut)
+            yield version, _one_batch(whole.slice(0, cut))
             self.parts = [rest] if rest.num_rows else []
-            self.rows = rest.num_rows
+            self.rows, self.bytes = rest.num_rows, rest.nbytes
+
+    def _cut(self) -> int | None:
+        """How many of the held rows make the next batch; None: not enough yet."""
+        if self.batch_bytes is not None and self.bytes >= self.batch_bytes:
+            return min(self.batch_rows, -(-self.rows * self.batch_bytes // self.bytes))
+        return self.batch_rows if self.rows >= self.batch_rows else None
 
     def flush(self) -> Iterator[tuple[int, pa.RecordBatch]]:
         if self.rows and self.version is not None:
             yield self.version, _one_batch(pa.concat_tables(self.parts))
-        self.parts, self.rows = [], 0
+        self.parts, self.rows, self.bytes = [], 0, 0
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:
@@ -197,12 +207,17 @@ def _order(pieces: list[tuple[int, pa.RecordBatch]]) -> tuple[list[tuple[int, pa
 
 
 def merge_changes(
-    sources: Sequence[Source], *, after: Key | None = None, batch_rows: int = 65536
+    sources: Sequence[Source],
+    *,
+    after: Key | None = None,
+    batch_rows: int = 65536,
+    batch_bytes: int | None = None,
 ) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """Yield (schema version, batch) with every change of ``sources`` once, in key order, after ``after``."""
+    """Yield (schema version, batch) with every change of ``sources`` once, in key order, after
+    ``after``; batches of ``batch_rows`` rows, or fewer to stay within about ``batch_bytes``."""
     pending = deque(sorted(sources, key=lambda s: s.first_lsn))
     active: list[_Cursor] = []
-    out = _Rebatcher(batch_rows)
+    out = _Rebatcher(batch_rows, batch_bytes)
     emitted: Key | None = after
     try:
         while True:

@@ -45,6 +45,8 @@ __all__ = ["ROW_GROUP_ROWS", "Changelog", "segments_to_prune"]
 
 ROW_GROUP_ROWS = 128 * 1024
 COMPRESSION = "zstd"
+READ_ROWS = 65536
+"""The most rows read from one segment at a time."""
 _OBJECT_STORES = frozenset({"s3", "gcs", "abfs"})
 
 
@@ -141,13 +143,16 @@ class Changelog:
         *,
         after: tuple[int, int] | None = None,
         batch_rows: int = 65536,
+        batch_bytes: int | None = None,
         xid_reference: int | None = None,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """Yield (schema_version, batch) with the table's changes once each, in (commit LSN, seq) order.
 
         Only ``segments`` of ``table`` are read; with ``after`` = (commit_lsn, seq) only
-        changes strictly after that key. Batches hold at most ``batch_rows`` rows and
-        memory is bounded by the segments overlapping at one point, not their total size.
+        changes strictly after that key. Batches hold at most ``batch_rows`` rows (fewer when
+        they would hold more than about ``batch_bytes``). Files are read in pieces of at most
+        ``READ_ROWS`` rows, so memory is bounded by the segments overlapping at one point and
+        one batch, not by the segments' total size.
 
         ``_xid`` is 64-bit in segments written by this version. A legacy segment (32-bit
         xids, no ``xid_bits`` in its metadata) has its xids widened to the 64-bit values
@@ -173,11 +178,11 @@ class Changelog:
             Source(
                 seg.path,
                 seg.first_commit_lsn.value,
-                partial(self._open_segment, seg, start, batch_rows, xid_reference),
+                partial(self._open_segment, seg, start, min(batch_rows, READ_ROWS), xid_reference),
             )
             for seg in chosen.values()
         ]
-        return merge_changes(sources, after=start, batch_rows=batch_rows)
+        return merge_changes(sources, after=start, batch_rows=batch_rows, batch_bytes=batch_bytes)
 
     def _open_segment(
         self, seg: SegmentInfo, after: Key | None, batch_rows: int, xid_reference: int | None

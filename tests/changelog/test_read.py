@@ -162,3 +162,14 @@ def test_after_must_be_a_key(log: Changelog) -> None:
     for bad in [(1,), (-1, 0), ("0/10", 0), (2**64, 0)]:
         with pytest.raises(ConfigError, match="after="):
             log.read_changes(ORDERS, [], after=bad)  # type: ignore[arg-type]
+
+
+def test_batches_stay_within_about_batch_bytes(log: Changelog) -> None:
+    """``batch_bytes``: a batch stops near that size although ``batch_rows`` would allow more,
+    and every change still comes once, in order."""
+    info = log.write_segment(ORDERS, 1, COLUMNS, changes([(lsn, 100) for lsn in range(10, 40)]))
+    whole = sum(b.nbytes for _, b in log.read_changes(ORDERS, [info], batch_rows=10**6))
+    got = list(log.read_changes(ORDERS, [info], batch_rows=10**6, batch_bytes=whole // 4))
+    assert 4 <= len(got) <= 5
+    assert all(b.nbytes < whole // 3 for _, b in got)
+    assert keys(iter(got)) == expected([(lsn, 100) for lsn in range(10, 40)])
