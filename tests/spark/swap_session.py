@@ -12,7 +12,7 @@ from typing import Any
 from compact_session import Lake
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
-from airflow_provider_pgsync.destinations.lake_tables import changes_table, view_name
+from airflow_provider_pgsync.destinations.lake_tables import view_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
@@ -43,7 +43,8 @@ def main(warehouse: str) -> None:
         location = writer.new_location()
         df = spark.createDataFrame(rows, SCHEMA)
         writer.warm_up(location, df.schema)
-        writer.ready()  # the catalog started and rehearsed the swap: readers still see the old state
+        # the catalog started and rehearsed the swap: readers still see the old state
+        writer.ready(rehearsed=True)
         seen[f"{name}: before the swap"] = {
             "view": at.view(TABLE) if spark.catalog.tableExists(view_name(lake, TABLE)) else None,
             "base": base_location() if spark.catalog.tableExists(lake.base_table(TABLE)) else None,
@@ -59,7 +60,22 @@ def main(warehouse: str) -> None:
             "tables": tables(),
         }
 
+    def failed(name: str) -> None:
+        """A first baseline of ``FAILED`` whose copy fails, with the catalog read between its steps."""
+        writer = LakeBaseWriter(spark, lake, FAILED, ("id",))
+        location = writer.new_location()
+        writer.warm_up(location, spark.createDataFrame([], SCHEMA).schema)
+        writer.ready()
+        seen[f"{name}: during the copy"] = {"tables": tables(), "database": lake.database in databases()}
+        writer.discard(location)
+        seen[f"{name}: discarded"] = {"tables": tables(), "database": lake.database in databases()}
+
+    def databases() -> list[str]:
+        return [d.name for d in spark.catalog.listDatabases()]
+
     with LakeBaseWriter(spark, lake, TABLE).catalog():
+        # a new lake's first baseline whose copy fails: its database goes again with it
+        failed("a new lake")
         baseline("first", [(1, "a"), (2, "b")])
         at.segment(TABLE, [("P", 2, "b2"), ("P", 3, "c")], ["id", "v"])
         seen["first: a segment"] = {"view": at.view(TABLE)}
@@ -71,13 +87,7 @@ def main(warehouse: str) -> None:
         at.segment(TABLE, [("P", 7, "r7")], ["id", "v"])
         seen["compacted: a segment"] = {"view": at.view(TABLE)}
         # a first baseline whose copy fails: the catalog is left without its changes table
-        writer = LakeBaseWriter(spark, lake, FAILED, ("id",))
-        location = writer.new_location()
-        writer.warm_up(location, spark.createDataFrame([], SCHEMA).schema)
-        writer.ready()
-        seen["failed: during the copy"] = {"tables": tables(), "changes": changes_table(lake, FAILED, "x")}
-        writer.discard(location)
-        seen["failed: discarded"] = {"tables": tables()}
+        failed("failed")
     spark.stop()
     print("RESULT " + json.dumps(seen, default=str))
 

@@ -1,7 +1,7 @@
 """The lake's swap (``spark/lake.py``) step by step in one Spark session (``swap_session.py``):
 the catalog's early start and its rehearsal of the swap change nothing a reader sees; the swap
 shows the new base at once; the view reads base plus segments after a rebaseline and after a
-compaction; a failed first baseline leaves no changes table behind."""
+compaction; a failed first baseline leaves no changes table behind (nor a new lake's database)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ SESSION = Path(__file__).with_name("swap_session.py")
 def test_readers_see_the_old_state_until_the_swap_then_the_new(lake: Path) -> None:
     seen: dict[str, Any] = run_session(SESSION, [str(lake)], timeout=900)
 
+    # a new lake whose first baseline fails: the early start made its database and the changes
+    # table, and the failure takes both away (the catalog as it was)
+    during, discarded = seen["a new lake: during the copy"], seen["a new lake: discarded"]
+    assert during["database"] and [t for t in during["tables"] if t.startswith("public__never__changes_")]
+    assert not discarded["database"] and discarded["tables"] == []
+
     first_before, first_after = seen["first: before the swap"], seen["first: after the swap"]
-    # a new lake: the early start leaves the database to the swap (a failed first baseline
-    # leaves the catalog as it was); no base, no view, no changes table yet
+    # a new lake: the early start made the database and the lineage's changes table, nothing a
+    # reader sees: no base, no view
     assert first_before["view"] is None and first_before["base"] is None
-    assert not [t for t in first_before["tables"] if "__changes_" in t]
+    assert [t for t in first_before["tables"] if t.startswith("public__items__changes_")]
     assert "public__items" not in first_before["tables"]
     assert first_after["view"] == [[1, "a"], [2, "b"]]
     assert first_after["base"].rstrip("/").endswith(first_after["location"].rsplit("/", 1)[-1])
@@ -46,3 +52,4 @@ def test_readers_see_the_old_state_until_the_swap_then_the_new(lake: Path) -> No
     during, discarded = seen["failed: during the copy"], seen["failed: discarded"]
     assert [t for t in during["tables"] if t.startswith("public__never__changes_")]
     assert not [t for t in discarded["tables"] if t.startswith("public__never")]
+    assert discarded["database"], "a database other tables use stays"
