@@ -197,24 +197,25 @@ def _copy(
     schema = base_schema(spec)
     rows = spark.sparkContext.accumulator(0)
     counter = (lambda: int(rows.value)) if fast or (replicas and not writers) else None
-    with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
-        if not writers:
-            staged = []
-        elif fast:
-            staged = [
-                (writer, _copy_files(spark, spec, predicates, writer, location, schema, rows))
-                for writer, location in zip(writers, locations, strict=True)
-            ]
-        else:
-            df = read_source(spark, spec, predicates)
-            staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
-        try:
-            # before the lakes' swap: a failed copy leaves every destination as it was
+    try:
+        with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
+            if not writers:
+                staged = []
+            elif fast:
+                staged = [
+                    (writer, _copy_files(spark, spec, predicates, writer, location, schema, rows))
+                    for writer, location in zip(writers, locations, strict=True)
+                ]
+            else:
+                df = read_source(spark, spec, predicates)
+                staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
             copied = _copy_postgres(spark, spec, predicates, replicas, rows) if replicas else []
-        except Exception:
-            for writer, base in staged:
-                writer.discard(base.location)
-            raise
+    except Exception:
+        # before the lakes' swap: a failed copy leaves every destination as it was (no half
+        # written base, nor what the catalog's early start made for a first baseline)
+        for writer, location in zip(writers, locations, strict=True):
+            writer.discard(location)
+        raise
     if spec.stage_as:
         return [_staged_for_apply(writer, base) for writer, base in staged] + copied, 0.0, 0.0
     published = time.monotonic()
@@ -323,11 +324,8 @@ def _copy_files(
         for i, p in enumerate(predicates)
     ]
 
-    try:
-        total = sum(spark.sparkContext.parallelize(work, len(work)).map(task).collect())
-    except Exception:
-        writer.discard(location)  # no reader ever saw it; leave nothing half-written behind
-        raise
+    # should a task fail, ``_copy`` discards the location: nothing half-written stays behind
+    total = sum(spark.sparkContext.parallelize(work, len(work)).map(task).collect())
     return writer.stage_files(location, total, schema)
 
 

@@ -12,14 +12,12 @@ after the swap, keeping the previous one for queries that are still reading it.
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -38,12 +36,9 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     view_name,
 )
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.metastore_lock import MetastoreLock
 
 log = logging.getLogger("pgsync.spark")
-
-# Derby folders whose metastore a ``catalog()`` block of this process holds: catalog steps of
-# other tables inside that block use it as it is (no second lock, no shutdown in between)
-_HELD: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -75,7 +70,7 @@ class LakeBaseWriter:
         self.spark, self.destination, self.table, self.keys = spark, destination, table, keys
         self.name = destination.base_table(table)
         self.files = LakeFiles(destination)
-        self._lock: IO[str] | None = None
+        self._metastore = MetastoreLock(spark, destination)
         self._warming: threading.Thread | None = None
         self._wanted = threading.Event()  # the swap waits for the catalog: no rehearsal now
         self._view: CatalogView | None = None
@@ -155,11 +150,11 @@ class LakeBaseWriter:
         instead (``catalog``).
         """
         self._upcoming = (location, schema) if location is not None and schema is not None else None
-        local = self._derby_folder()
-        if local is not None and local not in _HELD and not self._try_lock():
+        local = self._metastore.folder()
+        if local is not None and not self._metastore.held_here() and not self._metastore.try_take():
             return
         # this process holds the embedded metastore (this job's lock, or another table's block)
-        self._alone = self._lock is not None or (local is not None and local in _HELD)
+        self._alone = self._metastore.taken or self._metastore.held_here()
         self._warming = threading.Thread(target=self._start_catalog, name="pgsync-catalog", daemon=True)
         self._warming.start()
 
@@ -236,49 +231,8 @@ class LakeBaseWriter:
         """Exclusive use of an embedded Derby metastore (one process at a time), released at
         exit; inside another table's ``catalog()`` block of this process, that block's."""
         self.ready()
-        local = self._derby_folder()
-        if local is None or local in _HELD:
+        with self._metastore.hold():
             yield
-            return
-        if self._lock is None and not self._try_lock():
-            log.info("waiting for the Derby metastore in %s (another job or spark-sql holds it)", local)
-            self._lock = open(f"{local}/.metastore.lock", "a")  # noqa: SIM115 (closed in finally)
-            fcntl.flock(self._lock, fcntl.LOCK_EX)
-        _HELD.add(local)
-        try:
-            yield
-        finally:
-            _HELD.discard(local)
-            try:
-                _shutdown_derby(self.spark)
-            finally:
-                assert self._lock is not None
-                self._lock.close()
-                self._lock = None
-
-    def _derby_folder(self) -> str | None:
-        local = self.destination.local_path
-        if self.destination.metastore != "derby" or local is None:
-            return None
-        os.makedirs(local, exist_ok=True)  # a new warehouse: its lock file and metastore go here
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        # Derby writes its log where the process runs unless told otherwise
-        jvm.java.lang.System.setProperty("derby.stream.error.file", f"{local}/derby.log")
-        return local
-
-    def _try_lock(self) -> bool:
-        """Take the metastore's file lock if it is free; True when this job holds it."""
-        local = self._derby_folder()
-        assert local is not None
-        lock = open(f"{local}/.metastore.lock", "a")  # noqa: SIM115 (kept open while held)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            return False
-        self._lock = lock
-        return True
 
     def publish(
         self,
@@ -415,14 +369,3 @@ def _version(location: str | None) -> str | None:
 
 def _literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _shutdown_derby(spark: SparkSession) -> None:
-    """Stop the embedded Derby engine so the next process can open the metastore."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    try:
-        jvm.java.sql.DriverManager.getConnection("jdbc:derby:;shutdown=true")
-    except Exception as exc:  # Derby reports a clean shutdown as an SQLException (XJ015)
-        if "XJ015" not in str(exc) and "shutdown" not in str(exc).lower():
-            raise
