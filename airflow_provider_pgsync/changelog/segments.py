@@ -162,6 +162,10 @@ class Changelog:
         """
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ConfigError(f"batch_rows {batch_rows!r} must be an integer >= 1")
+        if batch_bytes is not None and (
+            isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes < 1
+        ):
+            raise ConfigError(f"batch_bytes {batch_bytes!r} must be an integer >= 1")
         if xid_reference is not None and (
             isinstance(xid_reference, bool)
             or not isinstance(xid_reference, int)

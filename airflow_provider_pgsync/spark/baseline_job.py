@@ -214,7 +214,10 @@ def _copy(
         # before the lakes' swap: a failed copy leaves every destination as it was (no half
         # written base, nor what the catalog's early start made for a first baseline)
         for writer, location in zip(writers, locations, strict=True):
-            writer.discard(location)
+            try:
+                writer.discard(location)
+            except Exception as exc:  # the copy's own error is the one to report
+                log.warning("%s: could not remove %s after the failed copy: %s", spec.table, location, exc)
         raise
     if spec.stage_as:
         return [_staged_for_apply(writer, base) for writer, base in staged] + copied, 0.0, 0.0

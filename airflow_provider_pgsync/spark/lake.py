@@ -202,9 +202,10 @@ class LakeBaseWriter:
         client's and the analyser's code: measured on 2 busy cores, the swap's ``ALTER TABLE``
         and ``CREATE OR REPLACE VIEW`` took 3-20 s cold and 1-3 s once warm. Only with the
         embedded metastore, which this job holds alone (no reader sees the rehearsal), and only
-        while the base is still being written: once the swap waits (``ready``), the view's part
-        is left out (measured: a rehearsal that ended 1.6 s after the copy made the swap 2.35 s,
-        where the statements themselves, run right after the catalog's start, took about 1 s).
+        while the base is still being written: once the swap waits (``ready``), it does not
+        begin, or leaves out the view's part (measured: a rehearsal that ended 1.6 s after the
+        copy made the swap 2.35 s, where the statements themselves, run right after the
+        catalog's start, took about 1 s).
         """
         self.spark.sql(f"ALTER TABLE {self.name} SET LOCATION {_literal(location)}")
         if self._wanted.is_set():

@@ -129,6 +129,9 @@ def test_damaged_file_is_an_error(log: Changelog, tmp_path: Path) -> None:
 def test_batch_rows_must_be_positive(log: Changelog) -> None:
     with pytest.raises(ConfigError, match="batch_rows"):
         log.read_changes(ORDERS, [], batch_rows=0)
+    for wrong in (0, True, 1.5):
+        with pytest.raises(ConfigError, match="batch_bytes"):
+            log.read_changes(ORDERS, [], batch_bytes=wrong)  # type: ignore[arg-type]
     assert list(log.read_changes(ORDERS, [])) == []
 
 
