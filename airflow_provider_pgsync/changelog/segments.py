@@ -160,12 +160,9 @@ class Changelog:
         is less than 2^31 from every transaction the hand-off needs); without a reference
         they are yielded as they are stored.
         """
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
-            raise ConfigError(f"batch_rows {batch_rows!r} must be an integer >= 1")
-        if batch_bytes is not None and (
-            isinstance(batch_bytes, bool) or not isinstance(batch_bytes, int) or batch_bytes < 1
-        ):
-            raise ConfigError(f"batch_bytes {batch_bytes!r} must be an integer >= 1")
+        _check_positive("batch_rows", batch_rows)
+        if batch_bytes is not None:
+            _check_positive("batch_bytes", batch_bytes)
         if xid_reference is not None and (
             isinstance(xid_reference, bool)
             or not isinstance(xid_reference, int)
@@ -321,6 +318,11 @@ class Changelog:
             raise ChangelogStorageError(
                 f"cannot open changelog segment {path} under {self.uri}: {exc}"
             ) from exc
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} {value!r} must be an integer >= 1")
 
 
 def _write_parquet(data: pa.Table, sink: Any) -> None:

@@ -132,7 +132,7 @@ class PostgresDestination(Destination):
         self._actual: dict[str, dict[str, str]] = {}  # per table, its columns' types in the replica
         # per table and its columns' types, those with a hash opclass and those whose equality is
         # equality of text (postgres_keyless.py)
-        self._equality: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[frozenset[str], ...]] = {}
+        self._equality: dict[tuple[str, tuple[tuple[str, str], ...]], postgres_keyless.Equality] = {}
         self._staged = 0
         ensure_control_tables(self._conn, self.control_schema)
 

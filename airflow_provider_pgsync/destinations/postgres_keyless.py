@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 # ones only under a deterministic collation (equal only when byte for byte the same).
 _TEXT_EQUALITY = (16, 17, 18, 19, 20, 21, 23, 25, 26, 1043, 1082, 1083, 1114, 1184, 2950)
 
+Equality = tuple[frozenset[str], frozenset[str]]
+"""A table's columns with a hash opclass, and those whose equality is equality of text."""
+
 # per column of a table (a domain by its base type): whether the type has a default hash
 # opclass, directly or through a binary-coercible type (varchar through text), as
 # hash_record finds it; and whether its own equality is equality of its text
@@ -187,9 +190,7 @@ def _occurrence(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _equality(
-    destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]
-) -> tuple[frozenset[str], frozenset[str]]:
+def _equality(destination: PostgresDestination, table: TableRef, columns: Sequence[ColumnInfo]) -> Equality:
     """The columns of ``table`` with a hash opclass, and those whose equality is equality of
     text (``_COLUMN_EQUALITY``); read once per session and column types."""
     conn = destination._conn
@@ -201,8 +202,7 @@ def _equality(
             frozenset(str(r[0]) for r in rows if r[1]),
             frozenset(str(r[0]) for r in rows if r[2]),
         )
-    hashable, by_value = destination._equality[key]
-    return hashable, by_value
+    return destination._equality[key]
 
 
 def _delete(

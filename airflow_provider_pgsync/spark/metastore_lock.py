@@ -31,6 +31,7 @@ class MetastoreLock:
     def __init__(self, spark: SparkSession, destination: LakeDestination) -> None:
         self.spark, self.destination = spark, destination
         self._lock: IO[str] | None = None
+        self._folder: str | None = None  # made ready once (``folder``)
 
     @property
     def taken(self) -> bool:
@@ -43,15 +44,18 @@ class MetastoreLock:
         return folder is not None and folder in _HELD
 
     def folder(self) -> str | None:
-        """The embedded metastore's local folder; None for other metastores."""
+        """The embedded metastore's local folder, made and given Derby's log on first use;
+        None for other metastores."""
         local = self.destination.local_path
         if self.destination.metastore != "derby" or local is None:
             return None
-        os.makedirs(local, exist_ok=True)  # a new warehouse: its lock file and metastore go here
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        # Derby writes its log where the process runs unless told otherwise
-        jvm.java.lang.System.setProperty("derby.stream.error.file", f"{local}/derby.log")
+        if self._folder is None:
+            os.makedirs(local, exist_ok=True)  # a new warehouse: its lock file and metastore go here
+            jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
+            # Derby writes its log where the process runs unless told otherwise
+            jvm.java.lang.System.setProperty("derby.stream.error.file", f"{local}/derby.log")
+            self._folder = local
         return local
 
     def try_take(self) -> bool:
