@@ -16,7 +16,10 @@ Jobs that set their own class-sharing options are left alone, and ``-Xshare:off`
 ``spark.driver.extraJavaOptions`` turns it off; ``PGSYNC_SPARK_CLASS_ARCHIVE_DIR`` names the
 folder (default: ``$XDG_CACHE_HOME/pgsync`` or ``~/.cache/pgsync``), and ``off`` turns it off.
 A folder whose path Spark would split (blanks, quotes, backslashes: Spark splits
-``extraJavaOptions`` on blanks) gets no archive.
+``extraJavaOptions`` on blanks) gets no archive, and neither does a driver whose class path
+holds a folder with files in it (``SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, ``HADOOP_CONF_DIR``
+and the like, as a YARN client's has): the JVM refuses to share classes then, and a driver
+asked to write the archive fails at exit after its job is done.
 """
 
 from __future__ import annotations
@@ -106,6 +109,14 @@ def driver_archive(
     key = _key(env, driver_class_path)
     if folder is None or key is None:
         return None
+    filled = next((p for p in class_path_folders(env, driver_class_path) if _has_entries(p)), None)
+    if filled is not None:
+        log.info(
+            "no class archive for the Spark driver: its class path holds the folder %s, which has "
+            "files (the JVM shares no classes then)",
+            filled,
+        )
+        return None
     if any(c in _UNSPLIT for c in str(folder)):
         log.info("no class archive for the Spark driver: Spark would split its folder %r", str(folder))
         return None
@@ -128,13 +139,46 @@ def driver_archive(
     return DriverArchive(path, partial=partial, lock=lock)
 
 
+def class_path_folders(env: Mapping[str, str], driver_class_path: str = "") -> list[Path]:
+    """The entries of a driver's class path that may be folders, as Spark's launcher builds it
+    with ``env``: ``SPARK_CLASSPATH``, the driver's extra class path, the configuration folder
+    (``SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``), ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR`` and
+    ``SPARK_DIST_CLASSPATH`` (entries ending in ``*`` name jars, not a folder)."""
+    conf_dir = env.get("SPARK_CONF_DIR", "") or (
+        str(Path(env["SPARK_HOME"], "conf")) if env.get("SPARK_HOME") else ""
+    )
+    listed = [
+        env.get("SPARK_CLASSPATH", ""),
+        driver_class_path,
+        conf_dir,
+        env.get("HADOOP_CONF_DIR", ""),
+        env.get("YARN_CONF_DIR", ""),
+        env.get("SPARK_DIST_CLASSPATH", ""),
+    ]
+    entries = (e.strip() for paths in listed for e in paths.split(os.pathsep))
+    return [Path(e) for e in entries if e and not e.endswith("*")]
+
+
+def _has_entries(path: Path) -> bool:
+    """Whether ``path`` is a folder with anything in it."""
+    try:
+        with os.scandir(path) as found:
+            return next(found, None) is not None
+    except OSError:  # not a folder, or not there
+        return False
+
+
 @contextlib.contextmanager
-def archive_options(conf: dict[str, Any], env: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+def archive_options(
+    conf: dict[str, Any], env: Mapping[str, str], driver_class_path: str | None = None
+) -> Iterator[dict[str, Any]]:
     """``conf`` (a job's Spark configuration) with the archive's options added to
     ``spark.driver.extraJavaOptions`` for the block that runs the driver; a dumped archive is
-    kept only when the block ends normally."""
+    kept only when the block ends normally. ``driver_class_path``: spark-submit's
+    ``--driver-class-path``, which wins over ``spark.driver.extraClassPath``."""
     options = str(conf.get("spark.driver.extraJavaOptions", ""))
-    archive = driver_archive(options, env, str(conf.get("spark.driver.extraClassPath", "")))
+    class_path = driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
+    archive = driver_archive(options, env, class_path)
     if archive is None:
         yield conf
         return

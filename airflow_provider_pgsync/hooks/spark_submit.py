@@ -86,7 +86,7 @@ class BaselineSubmitHook(SparkSubmitHook):
         conf = self._conf
         env = {**os.environ, **{k: str(v) for k, v in (self._env_vars or {}).items()}}
         try:
-            with archive_options(conf, env) as driver_conf:
+            with archive_options(conf, env, self._driver_class_path) as driver_conf:
                 self._conf = driver_conf
                 return super().submit(application, **kwargs)
         finally:

@@ -15,6 +15,7 @@ from airflow_provider_pgsync.hooks.spark_class_archive import (
     DIR_VARIABLE,
     archive_dir,
     archive_options,
+    class_path_folders,
     driver_archive,
 )
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -135,3 +136,44 @@ def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
     archive.chmod(0o644)
     archive.write_bytes(b"not an archive")
     assert run("third") == "not mapped"  # found unfit and passed over: the job runs
+
+
+@pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "SPARK_DIST_CLASSPATH"])
+def test_a_class_path_folder_with_files_means_no_archive(tmp_path: Path, variable: str) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    empty = driver_archive("", _env(tmp_path / "archives", **{variable: str(folder)}))
+    assert empty is not None and empty.lock is not None
+    empty.lock.close()
+    (folder / "settings.xml").write_text("<configuration/>")
+    assert driver_archive("", _env(tmp_path / "archives", **{variable: str(folder)})) is None
+    home = _env(tmp_path / "archives")  # no SPARK_CONF_DIR: the distribution's conf folder
+    assert Path(home["SPARK_HOME"], "conf") in class_path_folders(home)
+    extra = f"/opt/jars/*{os.pathsep}{folder}"
+    assert driver_archive("", _env(tmp_path / "other"), driver_class_path=extra) is None
+    with archive_options({}, _env(tmp_path / "third"), driver_class_path=str(folder)) as conf:
+        assert JAVA_OPTIONS not in conf
+
+
+def test_real_drivers_with_a_configuration_folder_run_without_an_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark configuration folder with a file in it (spark-submit puts it on the driver's
+    class path): the JVM cannot write or map an archive then, so none is asked for and both
+    jobs succeed (before, the first failed at exit after its work was done)."""
+    folder, conf = tmp_path / "archives", tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
+    monkeypatch.setenv(DIR_VARIABLE, str(folder))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    app = tmp_path / "app.py"
+    app.write_text(_APP)
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.txt"
+        BaselineSubmitHook(
+            application_args=[str(out), str(folder)],
+            env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment()},
+        ).submit(str(app))
+        assert out.read_text() == "not mapped"
+    assert not list(folder.glob("*.jsa"))
