@@ -22,26 +22,14 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from airflow_provider_pgsync.hooks.spark_class_archive import java_binary
+from airflow_provider_pgsync.hooks.spark_submit import driver_environment
 
-_DUMP_SCRIPT = """
-import sys
-from pyspark.sql import SparkSession
-from airflow_provider_pgsync.destinations.lake import LakeDestination
-builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-for key, value in LakeDestination.from_config({"warehouse": sys.argv[1]}).spark_conf().items():
-    builder = builder.config(key, value)
-spark = builder.getOrCreate()
-spark.sql("CREATE DATABASE IF NOT EXISTS cds")
-df = spark.range(100).selectExpr("id", "cast(id as string) AS s", "current_timestamp() AS at")
-df.write.mode("overwrite").saveAsTable("cds.t")
-spark.sql("CREATE OR REPLACE VIEW cds.v AS SELECT id, max(s) AS s FROM cds.t GROUP BY id")
-spark.sql("SELECT count(*) FROM cds.v").collect()
-spark.stop()
-"""
+# the production archive's driver: it touches what the jobs touch (the Derby metastore, Parquet,
+# a view, Arrow), in a scratch folder of its own
+_DUMP_JOB = Path(__file__).resolve().parents[1] / "airflow_provider_pgsync" / "spark" / "class_archive_job.py"
 
 
 def _key() -> str | None:
@@ -72,26 +60,22 @@ def spark_class_archive(folder: Path) -> Path | None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers: one dump, the others wait
         if archive.exists():
             return archive
-        with tempfile.TemporaryDirectory(prefix="spark-cds-") as warehouse:
-            partial = folder / f"spark-{key}.jsa.partial"
-            options = os.environ.get("SPARK_SUBMIT_OPTS", "")
-            env = {
-                **os.environ,
-                "PYTHONWARNINGS": "ignore",
-                "SPARK_SUBMIT_OPTS": f"{options} -XX:ArchiveClassesAtExit={partial} -Xlog:disable",
-            }
-            try:
-                subprocess.run(
-                    [sys.executable, "-c", _DUMP_SCRIPT, warehouse],
-                    check=True,
-                    capture_output=True,
-                    timeout=600,
-                    env=env,
-                )
-            except (subprocess.SubprocessError, OSError):
-                with contextlib.suppress(FileNotFoundError):
-                    partial.unlink()
-                return None
+        partial = folder / f"spark-{key}.jsa.partial"
+        options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        env = {
+            **os.environ,
+            **driver_environment(),  # its Python tasks need this Python's pyarrow
+            "PYTHONWARNINGS": "ignore",
+            "SPARK_SUBMIT_OPTS": f"{options} -XX:ArchiveClassesAtExit={partial} -Xlog:disable",
+        }
+        try:
+            subprocess.run(
+                [sys.executable, str(_DUMP_JOB)], check=True, capture_output=True, timeout=600, env=env
+            )
+        except (subprocess.SubprocessError, OSError):
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+            return None
         if not partial.exists():
             return None
         partial.rename(archive)

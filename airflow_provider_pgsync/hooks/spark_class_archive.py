@@ -3,11 +3,17 @@
 A driver of a baseline, compaction or reconciliation job spends seconds loading and verifying
 the same ~20,000 classes of Spark, Hive, Derby and Parquet before it does any work, and with
 the Hive catalog it does much of that while the job runs. The JVM's own dynamic AppCDS
-(JDK 13 and later; Spark 4 needs 17) maps them from an archive instead: the first job whose
-driver runs here writes the archive when it exits (``-XX:ArchiveClassesAtExit``), and every
-later one maps it (``-XX:SharedArchiveFile``). The figures are in the README ("The Spark
-drivers' class archive"): a baseline's and a compaction's driver start about 2 s sooner and
-their catalog work beside the copy costs less.
+(JDK 13 and later; Spark 4 needs 17) maps them from an archive instead: after the first job
+whose driver runs here has succeeded, a short driver of its own (``spark/class_archive_job.py``:
+the Hive catalog, Parquet, a view) writes the archive when it exits
+(``-XX:ArchiveClassesAtExit``), and every later job maps it (``-XX:SharedArchiveFile``). The
+figures are in the README ("The Spark drivers' class archive"): a baseline's and a compaction's
+driver start about 2 s sooner and their catalog work beside the copy costs less.
+
+The archive is written by that separate driver, in the background (the job's task does not
+wait for it), never by a job's own: a JVM that fails to write it (a full disk, a quota) exits
+with an error, which would fail a job whose work is done. A failed write is marked beside the
+archive (``.failed``, its output in ``.log``) and tried again a day later.
 
 Only drivers that run here (local masters and client deploy mode) get it. The archive belongs
 to one JVM binary, Spark distribution and class path (its name is a digest of them); a JVM that
@@ -18,8 +24,8 @@ folder (default: ``$XDG_CACHE_HOME/pgsync`` or ``~/.cache/pgsync``), and ``off``
 A folder whose path Spark would split (blanks, quotes, backslashes: Spark splits
 ``extraJavaOptions`` on blanks) gets no archive, and neither does a driver whose class path
 holds a folder with files in it (``SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, ``HADOOP_CONF_DIR``
-and the like, as a YARN client's has): the JVM refuses to share classes then, and a driver
-asked to write the archive fails at exit after its job is done.
+and the like, as a YARN client's has): the JVM shares no classes then, and fails to start when
+asked to write them.
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -45,12 +54,14 @@ _OWN_OPTIONS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit", "-Xshare:of
 _UNSPLIT = frozenset(" \t\n\r'\"\\")
 # what a driver's class path is made of, besides the Spark distribution
 _CLASS_PATH_VARIABLES = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+# a failed write of the archive is tried again after this long
+_RETRY_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
 class DriverArchive:
-    """The driver's options for the archive ``path``: map it, or (given ``partial``) write it at
-    exit into ``partial``, which ``publish`` moves into place after a clean exit."""
+    """The archive ``path`` of a driver: to map, or (given ``partial`` and the ``lock`` that
+    makes this job its only writer) to write once the job has succeeded (``write``)."""
 
     path: Path
     partial: Path | None = None
@@ -62,22 +73,55 @@ class DriverArchive:
 
     @property
     def java_options(self) -> str:
-        if self.dump:
-            return f"-XX:ArchiveClassesAtExit={self.partial} {_QUIET}"
+        """The driver options that map the archive."""
         return f"-XX:SharedArchiveFile={self.path} {_QUIET}"
 
-    def publish(self, succeeded: bool) -> None:
-        """After the driver exited: a clean exit's archive goes into place for the next jobs."""
-        if not self.dump:
-            return
-        assert self.partial is not None and self.lock is not None
+    @property
+    def failed_marker(self) -> Path:
+        return self.path.with_name(f".{self.path.stem}.failed")
+
+    @property
+    def log_file(self) -> Path:
+        return self.path.with_name(f".{self.path.stem}.log")
+
+    def write(self, command: list[str], env: Mapping[str, str]) -> None:
+        """Start ``command`` (a driver of ``class_archive_job.py`` given ``dump_options``) in
+        the background, in a session of its own, so that this job's task ends now; ``_write``
+        puts the archive in place when the driver is done, or marks the failure. On a worker
+        whose files do not outlive the task (a pod), it simply ends with it."""
+        assert self.partial is not None
+        self.release()  # the background writer takes the lock again
+        writer = [sys.executable, "-m", __name__, str(self.path), str(self.partial), *command]
         try:
-            if succeeded and self.partial.exists() and self.partial.stat().st_size > 0:
-                os.replace(self.partial, self.path)
-                log.info("saved the Spark driver's classes in %s: later jobs start faster", self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
+            with open(self.log_file, "w") as out:
+                subprocess.Popen(
+                    writer,
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            log.warning("could not start saving the Spark driver's classes in %s: %s", self.path, exc)
+            return
+        log.info(
+            "saving the Spark driver's classes in %s in the background (once per Java and Spark; "
+            "output in %s): later jobs start faster",
+            self.path,
+            self.log_file,
+        )
+
+    def dump_options(self) -> str:
+        """The driver options that write the archive into ``partial`` at exit."""
+        return f"-XX:ArchiveClassesAtExit={self.partial} {_QUIET}"
+
+    def release(self) -> None:
+        """Give up writing: remove what was written and let another job write it."""
+        if self.partial is not None:
+            with contextlib.suppress(OSError):
                 self.partial.unlink()
+        if self.lock is not None:
             self.lock.close()
 
 
@@ -123,6 +167,15 @@ def driver_archive(
     path = folder / f"spark-driver-{key}.jsa"
     if path.exists():
         return DriverArchive(path)
+    marker = DriverArchive(path).failed_marker
+    if _failed_lately(marker):
+        log.info(
+            "no class archive for the Spark driver: writing it failed lately (%s; output in %s); "
+            "the next try is a day later, or at once when that file is removed",
+            marker,
+            DriverArchive(path).log_file,
+        )
+        return None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         lock = _try_lock(folder / ".dump.lock")
@@ -134,7 +187,9 @@ def driver_archive(
     if path.exists():  # written while we looked
         lock.close()
         return DriverArchive(path)
-    log.info("the Spark driver saves its classes in %s when it exits (once per Java and Spark)", path)
+    for stale in folder.glob(".spark-driver-*.partial"):  # a writer that was stopped
+        with contextlib.suppress(OSError):
+            stale.unlink()
     partial = folder / f".spark-driver-{key}.{os.getpid()}.partial"
     return DriverArchive(path, partial=partial, lock=lock)
 
@@ -168,26 +223,35 @@ def _has_entries(path: Path) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def archive_options(
-    conf: dict[str, Any], env: Mapping[str, str], driver_class_path: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """``conf`` (a job's Spark configuration) with the archive's options added to
-    ``spark.driver.extraJavaOptions`` for the block that runs the driver; a dumped archive is
-    kept only when the block ends normally. ``driver_class_path``: spark-submit's
-    ``--driver-class-path``, which wins over ``spark.driver.extraClassPath``."""
+def archive_options(conf: dict[str, Any], archive: DriverArchive | None) -> dict[str, Any]:
+    """``conf`` (a job's Spark configuration) with the options that map ``archive`` added to
+    ``spark.driver.extraJavaOptions``, when it exists."""
+    if archive is None or archive.dump:
+        return conf
     options = str(conf.get("spark.driver.extraJavaOptions", ""))
+    return {**conf, "spark.driver.extraJavaOptions": f"{options} {archive.java_options}".strip()}
+
+
+def dump_command(
+    spark_submit: list[str], conf: dict[str, Any], archive: DriverArchive, driver_class_path: str | None
+) -> list[str]:
+    """The spark-submit command of the driver that writes ``archive``: on ``local[1]`` with the
+    job's driver options and class path (what the archive must match), in a scratch folder."""
+    options = f"{conf.get('spark.driver.extraJavaOptions', '')} {archive.dump_options()}".strip()
+    command = [*spark_submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false"]
+    command += ["--conf", f"spark.driver.extraJavaOptions={options}"]
     class_path = driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
-    archive = driver_archive(options, env, class_path)
-    if archive is None:
-        yield conf
-        return
-    succeeded = False
+    if class_path:
+        command += ["--driver-class-path", class_path]
+    job = Path(__file__).resolve().parent.parent / "spark" / "class_archive_job.py"
+    return [*command, "--name", "pgsync-class-archive", str(job)]
+
+
+def _failed_lately(marker: Path) -> bool:
     try:
-        yield {**conf, "spark.driver.extraJavaOptions": f"{options} {archive.java_options}".strip()}
-        succeeded = True
-    finally:
-        archive.publish(succeeded)
+        return time.time() - marker.stat().st_mtime < _RETRY_SECONDS
+    except OSError:
+        return False
 
 
 def _key(env: Mapping[str, str], driver_class_path: str) -> str | None:
@@ -224,3 +288,30 @@ def _try_lock(path: Path) -> IO[str] | None:
         lock.close()
         return None
     return lock
+
+
+def _write(path: Path, partial: Path, command: list[str]) -> int:
+    """The background writer of ``DriverArchive.write``: runs the archive's driver ``command``,
+    then moves the archive it wrote from ``partial`` to ``path``, or marks the failure."""
+    lock = _try_lock(path.parent / ".dump.lock")
+    if lock is None or path.exists():  # another job writes it, or has
+        return 0
+    archive = DriverArchive(path, partial, lock)
+    try:
+        code = subprocess.run(command, timeout=600, check=False).returncode
+        if code != 0 or not partial.exists() or partial.stat().st_size == 0:
+            raise RuntimeError(f"the driver exited with code {code} and wrote no archive")
+        os.replace(partial, path)
+        print(f"saved the Spark driver's classes in {path}", flush=True)
+        return 0
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        print(f"could not save the Spark driver's classes in {path}: {exc}", flush=True)
+        with contextlib.suppress(OSError):
+            archive.failed_marker.write_text(f"{exc}\n")
+        return 1
+    finally:
+        archive.release()
+
+
+if __name__ == "__main__":
+    sys.exit(_write(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]))

@@ -12,7 +12,7 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_pgsync.errors import ConfigError
-from airflow_provider_pgsync.hooks.spark_class_archive import archive_options
+from airflow_provider_pgsync.hooks.spark_class_archive import archive_options, driver_archive, dump_command
 
 DEFAULT_MASTER = "local[*]"
 
@@ -80,17 +80,27 @@ class BaselineSubmitHook(SparkSubmitHook):
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         """Submit as the provider does; a driver that runs here maps the class archive of the
-        drivers before it, or writes it when there is none yet (``spark_class_archive``)."""
+        drivers before it, and when there is none yet, a short driver writes it once the job
+        has succeeded (``spark_class_archive``)."""
         if self.cluster_mode:
             return super().submit(application, **kwargs)
         conf = self._conf
         env = {**os.environ, **{k: str(v) for k, v in (self._env_vars or {}).items()}}
+        class_path = self._driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
+        archive = driver_archive(str(conf.get("spark.driver.extraJavaOptions", "")), env, class_path)
+        written = False
         try:
-            with archive_options(conf, env, self._driver_class_path) as driver_conf:
-                self._conf = driver_conf
-                return super().submit(application, **kwargs)
+            self._conf = archive_options(conf, archive)
+            result = super().submit(application, **kwargs)
+            if archive is not None and archive.dump:
+                written = True
+                command = dump_command(self._get_spark_binary_path(), conf, archive, class_path)
+                archive.write(command, env)
+            return result
         finally:
             self._conf = conf
+            if archive is not None and not written:
+                archive.release()
 
     def _get_spark_binary_path(self) -> list[str]:
         binary = self._connection["spark_binary"]

@@ -7,9 +7,11 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from airflow.exceptions import AirflowException
 
 from airflow_provider_pgsync.hooks.spark_class_archive import (
     DIR_VARIABLE,
@@ -27,25 +29,69 @@ def _env(folder: Path, **more: str) -> dict[str, str]:
     return {**os.environ, **driver_environment(), "SPARK_SUBMIT_OPTS": "", DIR_VARIABLE: str(folder), **more}
 
 
-def test_the_first_driver_writes_the_archive_and_later_ones_map_it(tmp_path: Path) -> None:
+def _writer(path: Path, code: int = 0) -> list[str]:
+    """A command standing for the archive's driver: writes ``path`` and exits with ``code``."""
+    return [sys.executable, "-c", f"open({str(path)!r}, 'wb').write(b'classes'); raise SystemExit({code})"]
+
+
+def _wait_for(path: Path, seconds: float = 180) -> None:
+    """Until ``path`` exists (the background writer's outcome), or fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {seconds} s"
+        time.sleep(0.1)
+
+
+def test_the_first_job_has_the_archive_written_and_later_ones_map_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
-    with archive_options({JAVA_OPTIONS: "-Dx=1"}, env) as conf:
-        options = conf[JAVA_OPTIONS]
-        assert options.startswith("-Dx=1 -XX:ArchiveClassesAtExit=")
-        partial = Path(options.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
-        partial.write_bytes(b"classes")  # what the JVM writes at exit
+    first = driver_archive("-Dx=1", env)
+    assert first is not None and first.dump and first.partial is not None
+    assert archive_options({JAVA_OPTIONS: "-Dx=1"}, first) == {JAVA_OPTIONS: "-Dx=1"}  # runs as is
+    assert first.dump_options().startswith(f"-XX:ArchiveClassesAtExit={first.partial} ")
+    first.write(_writer(first.partial), env)
+    _wait_for(first.path)
     [archive] = tmp_path.glob("spark-driver-*.jsa")
-    assert archive.read_bytes() == b"classes" and not partial.exists()
-    with archive_options({}, env) as conf:
-        assert conf[JAVA_OPTIONS] == f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+    assert archive == first.path and archive.read_bytes() == b"classes" and not first.partial.exists()
+    later = driver_archive("", env)
+    assert later is not None and not later.dump
+    assert archive_options({JAVA_OPTIONS: "-Dx=1"}, later) == {
+        JAVA_OPTIONS: f"-Dx=1 -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+    }
 
 
-def test_a_failed_driver_leaves_no_archive(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError), archive_options({}, _env(tmp_path)) as conf:
-        partial = Path(conf[JAVA_OPTIONS].split("-XX:ArchiveClassesAtExit=")[1].split()[0])
-        partial.write_bytes(b"half")
-        raise RuntimeError("the job failed")
-    assert not list(tmp_path.glob("*.jsa")) and not partial.exists()
+def test_a_failed_write_is_logged_and_tried_again_a_day_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = _env(tmp_path)
+    first = driver_archive("", env)
+    assert first is not None and first.partial is not None
+    first.write(_writer(first.partial, code=1), env)  # e.g. the disk filled up
+    _wait_for(first.failed_marker)
+    assert "could not save the Spark driver's classes" in first.log_file.read_text()
+    assert not list(tmp_path.glob("*.jsa"))
+    assert driver_archive("", env) is None  # no job tries it again at once
+    assert "writing it failed lately" in caplog.text
+    assert not first.partial.exists()
+    day_ago = first.failed_marker.stat().st_mtime - 25 * 3600
+    os.utime(first.failed_marker, (day_ago, day_ago))
+    again = driver_archive("", env)
+    assert again is not None and again.dump
+    again.release()
+
+
+def test_a_job_that_fails_has_no_archive_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's driver fails (a real spark-submit): nothing is written, and the next job may."""
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
+    monkeypatch.setenv(DIR_VARIABLE, str(tmp_path / "archives"))
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit(3)")
+    env_vars = {"PYSPARK_PYTHON": sys.executable, **driver_environment()}
+    with pytest.raises(AirflowException):
+        BaselineSubmitHook(env_vars=env_vars).submit(str(app))
+    assert [p.name for p in (tmp_path / "archives").iterdir()] == [".dump.lock"]
+    following = driver_archive("", {**os.environ, **env_vars})
+    assert following is not None and following.dump
+    following.release()
 
 
 @pytest.mark.parametrize(
@@ -61,8 +107,7 @@ def test_a_job_with_its_own_class_sharing_is_left_alone(
     tmp_path: Path, java_options: str, submit_options: str
 ) -> None:
     env = _env(tmp_path, SPARK_SUBMIT_OPTS=submit_options)
-    with archive_options({JAVA_OPTIONS: java_options}, env) as conf:
-        assert conf.get(JAVA_OPTIONS, "") == java_options
+    assert driver_archive(java_options, env) is None
     assert not list(tmp_path.iterdir())
 
 
@@ -76,8 +121,7 @@ def test_the_folder_can_be_named_or_turned_off(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["a b", "it's", 'say "x"', "back\\slash"])
 def test_a_folder_spark_would_split_gets_no_archive(tmp_path: Path, name: str) -> None:
-    with archive_options({JAVA_OPTIONS: "-Dx=1"}, _env(tmp_path / name)) as conf:
-        assert conf[JAVA_OPTIONS] == "-Dx=1"
+    assert driver_archive("-Dx=1", _env(tmp_path / name)) is None
     assert not list(tmp_path.iterdir())
 
 
@@ -110,32 +154,47 @@ open(sys.argv[1], "w").write("mapped" if sys.argv[2] in maps else "not mapped")
 
 
 def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """spark-submit through the hook, as the operators do: the first driver writes the archive,
-    the second maps it, and one that does not fit the JVM is passed over (the job runs)."""
+    """spark-submit through the hook, as the operators do. The archive's driver first cannot
+    write it (its file's path is a folder here; a full disk or a quota do the same): the JVM
+    exits with an error, yet the job succeeded and the next one does not try again. Then it
+    can: the job after it maps the archive, and an archive that does not fit the JVM is
+    passed over (the job runs)."""
     folder = tmp_path / "archives"
     monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
     monkeypatch.setenv(DIR_VARIABLE, str(folder))
+    env_vars = {"PYSPARK_PYTHON": sys.executable, **driver_environment()}
+    planned = driver_archive("", {**os.environ, **env_vars})
+    assert planned is not None and planned.partial is not None
+    planned.release()
+    planned.partial.mkdir()
+    (planned.partial / "in the way").write_text("")
     app = tmp_path / "app.py"
     app.write_text(_APP)
 
     def run(name: str) -> str:
         out = tmp_path / f"{name}.txt"
-        hook = BaselineSubmitHook(
-            application_args=[str(out), str(folder)],
-            env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment()},
-        )
-        hook.submit(str(app))
+        BaselineSubmitHook(application_args=[str(out), str(folder)], env_vars=env_vars).submit(str(app))
         return out.read_text()
 
     assert run("first") == "not mapped"
+    _wait_for(planned.failed_marker)
+    assert "could not save the Spark driver's classes" in planned.log_file.read_text()
+    assert not list(folder.glob("*.jsa"))
+    assert run("second") == "not mapped"
+    assert caplog.text.count("in the background") == 1  # not tried again
+    planned.failed_marker.unlink()
+    (planned.partial / "in the way").unlink()
+    planned.partial.rmdir()
+    assert run("third") == "not mapped"
+    _wait_for(planned.path)
     [archive] = folder.glob("spark-driver-*.jsa")
     assert archive.stat().st_size > 1_000_000
-    assert run("second") == "mapped"
+    assert run("fourth") == "mapped"
     archive.chmod(0o644)
     archive.write_bytes(b"not an archive")
-    assert run("third") == "not mapped"  # found unfit and passed over: the job runs
+    assert run("fifth") == "not mapped"  # found unfit and passed over: the job runs
 
 
 @pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "SPARK_DIST_CLASSPATH"])
@@ -151,8 +210,6 @@ def test_a_class_path_folder_with_files_means_no_archive(tmp_path: Path, variabl
     assert Path(home["SPARK_HOME"], "conf") in class_path_folders(home)
     extra = f"/opt/jars/*{os.pathsep}{folder}"
     assert driver_archive("", _env(tmp_path / "other"), driver_class_path=extra) is None
-    with archive_options({}, _env(tmp_path / "third"), driver_class_path=str(folder)) as conf:
-        assert JAVA_OPTIONS not in conf
 
 
 def test_real_drivers_with_a_configuration_folder_run_without_an_archive(
@@ -177,3 +234,4 @@ def test_real_drivers_with_a_configuration_folder_run_without_an_archive(
         ).submit(str(app))
         assert out.read_text() == "not mapped"
     assert not list(folder.glob("*.jsa"))
+
