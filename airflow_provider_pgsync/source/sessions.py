@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
-import psycopg
 from psycopg import sql
 
 from airflow_provider_pgsync.errors import ConfigError
@@ -34,6 +33,24 @@ KEEPALIVES: dict[str, int] = {
 _TRANSACTION_TIMEOUT_FROM = 170000  # transaction_timeout exists from PostgreSQL 17
 
 
+class _ServerInfo(Protocol):
+    @property
+    def server_version(self) -> int: ...
+
+
+class Session(Protocol):
+    """What these settings need of a connection (a ``psycopg.Connection`` has it): this module
+    composes statements and leaves the driver to the callers, in ``hooks/`` and the tasks."""
+
+    @property
+    def autocommit(self) -> bool: ...
+
+    @property
+    def info(self) -> _ServerInfo: ...
+
+    def execute(self, query: sql.Composed, /) -> Any: ...
+
+
 def with_keepalives(conn_args: Mapping[str, Any]) -> dict[str, Any]:
     """``conn_args`` plus the keepalive parameters it does not set (the connection's extras win)."""
     return {**KEEPALIVES, **conn_args}
@@ -44,7 +61,7 @@ def keepalive_args(extras: Mapping[str, Any]) -> dict[str, Any]:
     return {key: extras.get(key, value) for key, value in KEEPALIVES.items()}
 
 
-def hold_open(conn: psycopg.Connection[Any], *, local: bool = False) -> None:
+def hold_open(conn: Session, *, local: bool = False) -> None:
     """Let ``conn``'s session stay idle, or idle in a transaction, as long as pgsync needs it.
 
     Session level (``local=False``) needs an autocommit connection (a SET in a transaction
@@ -81,7 +98,7 @@ def timeout_ms(value: float | timedelta | None, *, what: str) -> int:
     return 0 if value == 0 else max(1, round(value * 1000))
 
 
-def set_statement_timeout(conn: psycopg.Connection[Any], milliseconds: int, *, local: bool = False) -> None:
+def set_statement_timeout(conn: Session, milliseconds: int, *, local: bool = False) -> None:
     """``SET [LOCAL] statement_timeout`` on ``conn`` (0: no limit), whatever the defaults say."""
     conn.execute(statement_timeout_statement(milliseconds, local=local))
 
