@@ -294,7 +294,10 @@ def _write(path: Path, partial: Path, command: list[str]) -> int:
     """The background writer of ``DriverArchive.write``: runs the archive's driver ``command``,
     then moves the archive it wrote from ``partial`` to ``path``, or marks the failure."""
     lock = _try_lock(path.parent / ".dump.lock")
-    if lock is None or path.exists():  # another job writes it, or has
+    if lock is None or path.exists():
+        print(f"another job writes {path}, or has", flush=True)
+        if lock is not None:
+            lock.close()
         return 0
     archive = DriverArchive(path, partial, lock)
     try:

@@ -88,19 +88,22 @@ class BaselineSubmitHook(SparkSubmitHook):
         env = {**os.environ, **{k: str(v) for k, v in (self._env_vars or {}).items()}}
         class_path = self._driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
         archive = driver_archive(str(conf.get("spark.driver.extraJavaOptions", "")), env, class_path)
-        written = False
         try:
             self._conf = archive_options(conf, archive)
             result = super().submit(application, **kwargs)
-            if archive is not None and archive.dump:
-                written = True
-                command = dump_command(self._get_spark_binary_path(), conf, archive, class_path)
-                archive.write(command, env)
-            return result
+        except BaseException:
+            if archive is not None:
+                archive.release()
+            raise
         finally:
             self._conf = conf
-            if archive is not None and not written:
+        if archive is not None and archive.dump:  # the job succeeded: nothing here may fail it
+            try:
+                archive.write(dump_command(self._get_spark_binary_path(), conf, archive, class_path), env)
+            except Exception as exc:
                 archive.release()
+                self.log.warning("could not start saving the Spark driver's classes: %s", exc)
+        return result
 
     def _get_spark_binary_path(self) -> list[str]:
         binary = self._connection["spark_binary"]

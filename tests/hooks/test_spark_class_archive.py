@@ -234,4 +234,3 @@ def test_real_drivers_with_a_configuration_folder_run_without_an_archive(
         ).submit(str(app))
         assert out.read_text() == "not mapped"
     assert not list(folder.glob("*.jsa"))
-
