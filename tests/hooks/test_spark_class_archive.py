@@ -147,8 +147,11 @@ def test_the_archive_belongs_to_one_jvm_and_class_path(tmp_path: Path) -> None:
 
 _APP = """
 import os, sys
-# the driver's JVM (spark-submit) runs this script as its child: does it map the archive?
+# the driver's JVM (spark-submit) runs this script as its child: does it map the archive, or
+# was it asked to write one (which would fail the job when the JVM cannot)?
 maps = open(f"/proc/{os.getppid()}/maps").read()
+command = open(f"/proc/{os.getppid()}/cmdline").read()
+assert "ArchiveClassesAtExit" not in command, "a job's own driver writes the archive"
 open(sys.argv[1], "w").write("mapped" if sys.argv[2] in maps else "not mapped")
 """
 
@@ -156,20 +159,15 @@ open(sys.argv[1], "w").write("mapped" if sys.argv[2] in maps else "not mapped")
 def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """spark-submit through the hook, as the operators do. The archive's driver first cannot
-    write it (its file's path is a folder here; a full disk or a quota do the same): the JVM
-    exits with an error, yet the job succeeded and the next one does not try again. Then it
-    can: the job after it maps the archive, and an archive that does not fit the JVM is
-    passed over (the job runs)."""
+    """spark-submit through the hook, as the operators do: the first job's driver neither maps
+    nor writes an archive (``_APP`` checks its JVM's options); once it has succeeded, the
+    archive's own driver writes it in the background, the next job maps it and does not write
+    it again, and an archive that does not fit the JVM is passed over (the job runs). A JVM
+    that fails to write the archive: ``test_a_failed_write_is_logged_and_tried_again_a_day_later``."""
     folder = tmp_path / "archives"
     monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
     monkeypatch.setenv(DIR_VARIABLE, str(folder))
     env_vars = {"PYSPARK_PYTHON": sys.executable, **driver_environment()}
-    planned = driver_archive("", {**os.environ, **env_vars})
-    assert planned is not None and planned.partial is not None
-    planned.release()
-    planned.partial.mkdir()
-    (planned.partial / "in the way").write_text("")
     app = tmp_path / "app.py"
     app.write_text(_APP)
 
@@ -179,22 +177,17 @@ def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
         return out.read_text()
 
     assert run("first") == "not mapped"
-    _wait_for(planned.failed_marker)
-    assert "could not save the Spark driver's classes" in planned.log_file.read_text()
-    assert not list(folder.glob("*.jsa"))
-    assert run("second") == "not mapped"
-    assert caplog.text.count("in the background") == 1  # not tried again
-    planned.failed_marker.unlink()
-    (planned.partial / "in the way").unlink()
-    planned.partial.rmdir()
-    assert run("third") == "not mapped"
-    _wait_for(planned.path)
-    [archive] = folder.glob("spark-driver-*.jsa")
+    assert caplog.text.count("in the background") == 1
+    [log_file] = folder.glob(".spark-driver-*.log")
+    archive = folder / log_file.name[1:].replace(".log", ".jsa")
+    _wait_for(archive)
+    assert "saved the Spark driver's classes" in log_file.read_text()
     assert archive.stat().st_size > 1_000_000
-    assert run("fourth") == "mapped"
+    assert run("second") == "mapped"
+    assert caplog.text.count("in the background") == 1  # written once
     archive.chmod(0o644)
     archive.write_bytes(b"not an archive")
-    assert run("fifth") == "not mapped"  # found unfit and passed over: the job runs
+    assert run("third") == "not mapped"  # found unfit and passed over: the job runs
 
 
 @pytest.mark.parametrize("variable", ["SPARK_CONF_DIR", "HADOOP_CONF_DIR", "SPARK_DIST_CLASSPATH"])
