@@ -87,10 +87,10 @@ class DriverArchive:
     def write(self, command: list[str], env: Mapping[str, str]) -> None:
         """Start ``command`` (a driver of ``class_archive_job.py`` given ``dump_options``) in
         the background, in a session of its own, so that this job's task ends now; ``_write``
-        puts the archive in place when the driver is done, or marks the failure. On a worker
-        whose files do not outlive the task (a pod), it simply ends with it."""
-        assert self.partial is not None
-        self.release()  # the background writer takes the lock again
+        puts the archive in place when the driver is done, or marks the failure. The writer
+        inherits the lock, so no other job starts writing meanwhile. On a worker whose files do
+        not outlive the task (a pod), it simply ends with it."""
+        assert self.partial is not None and self.lock is not None
         writer = [sys.executable, "-m", __name__, str(self.path), str(self.partial), *command]
         try:
             with open(self.log_file, "w") as out:
@@ -101,10 +101,13 @@ class DriverArchive:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    pass_fds=(self.lock.fileno(),),  # the lock is held until the writer ends
                 )
         except OSError as exc:
             log.warning("could not start saving the Spark driver's classes in %s: %s", self.path, exc)
+            self.release()
             return
+        self.lock.close()  # the writer's copy holds it now
         log.info(
             "saving the Spark driver's classes in %s in the background (once per Java and Spark; "
             "output in %s): later jobs start faster",
@@ -291,15 +294,10 @@ def _try_lock(path: Path) -> IO[str] | None:
 
 
 def _write(path: Path, partial: Path, command: list[str]) -> int:
-    """The background writer of ``DriverArchive.write``: runs the archive's driver ``command``,
-    then moves the archive it wrote from ``partial`` to ``path``, or marks the failure."""
-    lock = _try_lock(path.parent / ".dump.lock")
-    if lock is None or path.exists():
-        print(f"another job writes {path}, or has", flush=True)
-        if lock is not None:
-            lock.close()
-        return 0
-    archive = DriverArchive(path, partial, lock)
+    """The background writer of ``DriverArchive.write`` (it holds the folder's lock, inherited,
+    until it exits): runs the archive's driver ``command``, then moves the archive it wrote
+    from ``partial`` to ``path``, or marks the failure."""
+    archive = DriverArchive(path, partial)
     try:
         code = subprocess.run(command, timeout=600, check=False).returncode
         if code != 0 or not partial.exists() or partial.stat().st_size == 0:

@@ -29,9 +29,12 @@ def _env(folder: Path, **more: str) -> dict[str, str]:
     return {**os.environ, **driver_environment(), "SPARK_SUBMIT_OPTS": "", DIR_VARIABLE: str(folder), **more}
 
 
-def _writer(path: Path, code: int = 0) -> list[str]:
-    """A command standing for the archive's driver: writes ``path`` and exits with ``code``."""
-    return [sys.executable, "-c", f"open({str(path)!r}, 'wb').write(b'classes'); raise SystemExit({code})"]
+def _writer(path: Path, code: int = 0, gate: Path | None = None) -> list[str]:
+    """A command standing for the archive's driver: (once ``gate`` exists) writes ``path`` and
+    exits with ``code``."""
+    wait = f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n" if gate else ""
+    write = f"open({str(path)!r}, 'wb').write(b'classes')\nraise SystemExit({code})\n"
+    return [sys.executable, "-c", f"import os, time\n{wait}{write}"]
 
 
 def _wait_for(path: Path, seconds: float = 180) -> None:
@@ -42,13 +45,29 @@ def _wait_for(path: Path, seconds: float = 180) -> None:
         time.sleep(0.1)
 
 
+def _wait_until_unlocked(folder: Path, seconds: float = 60) -> None:
+    """Until the background writer has ended (it holds the folder's lock until it exits)."""
+    deadline = time.monotonic() + seconds
+    with open(folder / ".dump.lock", "a") as lock:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # closing the file releases it
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"the writer in {folder} did not end in {seconds} s"
+                time.sleep(0.05)
+
+
 def test_the_first_job_has_the_archive_written_and_later_ones_map_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
     first = driver_archive("-Dx=1", env)
     assert first is not None and first.dump and first.partial is not None
     assert archive_options({JAVA_OPTIONS: "-Dx=1"}, first) == {JAVA_OPTIONS: "-Dx=1"}  # runs as is
     assert first.dump_options().startswith(f"-XX:ArchiveClassesAtExit={first.partial} ")
-    first.write(_writer(first.partial), env)
+    gate = tmp_path / "go"
+    first.write(_writer(first.partial, gate=gate), env)
+    assert driver_archive("", env) is None  # the writer holds the lock: no second writer
+    gate.touch()
     _wait_for(first.path)
     [archive] = tmp_path.glob("spark-driver-*.jsa")
     assert archive == first.path and archive.read_bytes() == b"classes" and not first.partial.exists()
@@ -67,6 +86,7 @@ def test_a_failed_write_is_logged_and_tried_again_a_day_later(
     assert first is not None and first.partial is not None
     first.write(_writer(first.partial, code=1), env)  # e.g. the disk filled up
     _wait_for(first.failed_marker)
+    _wait_until_unlocked(tmp_path)
     assert "could not save the Spark driver's classes" in first.log_file.read_text()
     assert not list(tmp_path.glob("*.jsa"))
     assert driver_archive("", env) is None  # no job tries it again at once
