@@ -32,7 +32,12 @@ def _env(folder: Path, **more: str) -> dict[str, str]:
 def _writer(path: Path, code: int = 0, gate: Path | None = None) -> list[str]:
     """A command standing for the archive's driver: (once ``gate`` exists) writes ``path`` and
     exits with ``code``."""
-    wait = f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)\n" if gate else ""
+    wait = (  # at most a minute: a test that failed before opening the gate leaves no waiter
+        f"end = time.monotonic() + 60\nwhile not os.path.exists({str(gate)!r}) and time.monotonic() < end:"
+        " time.sleep(0.05)\n"
+        if gate
+        else ""
+    )
     write = f"open({str(path)!r}, 'wb').write(b'classes')\nraise SystemExit({code})\n"
     return [sys.executable, "-c", f"import os, time\n{wait}{write}"]
 
