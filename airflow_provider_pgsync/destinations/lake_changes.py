@@ -41,6 +41,7 @@ from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import lake_backfill
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
+from airflow_provider_pgsync.destinations.lake_arrow_types import spark_arrow_type
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
     KIND,
@@ -51,7 +52,7 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     added_column_type,
     segment_name,
 )
-from airflow_provider_pgsync.destinations.lake_values import spark_arrow_type, text_to_arrow
+from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo

@@ -5,9 +5,7 @@ text output (pgoutput: DateStyle ISO, IntervalStyle postgres, extra_float_digits
 pyarrow ``string`` array, None standing for SQL NULL. The lake keeps rows in Parquet with the
 Spark types of the table's base, so:
 
-- ``spark_arrow_type`` / ``spark_schema_to_arrow`` give the Arrow type of a Spark type (the
-  ``"type"`` value of a field of ``StructType.jsonValue()``) or of a whole Spark schema; every
-  Arrow field, list element and map value they build is nullable.
+- ``lake_arrow_types.py`` gives the Arrow type of a Spark type or of a whole Spark schema.
 - ``text_to_arrow`` converts one column of text values into an array of such an Arrow type.
   Scalars are converted with vectorised pyarrow compute kernels; arrays, composites and hstore
   values are parsed per value in Python into their element texts, and all element texts of a
@@ -20,123 +18,31 @@ the baseline's do; values Spark's types cannot hold (NaN in a decimal, too many 
 ``DestinationError`` naming the column and the value.
 """
 
-# Hand-written on purpose: no maintained library parses PostgreSQL's text output of arrays,
-# composites (row values) and hstore into Arrow. Drivers such as psycopg parse them per value
-# into Python objects and need a live connection's type catalog, and pyarrow's casts only read
-# ISO scalars. The grammar below follows PostgreSQL's array_out/array_in, record_out/record_in
-# and hstore_out/hstore_in.
-
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_pgsync.destinations.lake_arrow_types import spark_type_name
 from airflow_provider_pgsync.destinations.lake_eras import (
     PLACEHOLDER_DATE,
     epoch_days,
     epoch_micros,
     far_years,
 )
+from airflow_provider_pgsync.destinations.pg_literals import (
+    LiteralError,
+    parse_array,
+    parse_composite,
+    parse_hstore,
+)
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
 
-# ---- Spark types --------------------------------------------------------------------------------
-
-_SIMPLE_SPARK_TYPES: dict[str, pa.DataType] = {
-    "byte": pa.int8(),
-    "short": pa.int16(),
-    "integer": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "binary": pa.binary(),
-    "string": pa.string(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "timestamp_ntz": pa.timestamp("us"),
-}
-_SPARK_NAMES: dict[pa.DataType, str] = {arrow: name for name, arrow in _SIMPLE_SPARK_TYPES.items()}
-_DECIMAL_TYPE = re.compile(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)")
-_MAX_DECIMAL_PRECISION = 38
-
-
-def spark_arrow_type(spark_type: str | dict[str, Any]) -> pa.DataType:
-    """The Arrow type Spark's type corresponds to; ``spark_type`` is a field's ``"type"`` JSON value."""
-    if isinstance(spark_type, str):
-        return _simple_arrow_type(spark_type)
-    if isinstance(spark_type, dict):
-        return _complex_arrow_type(spark_type)
-    raise _unknown_spark_type(spark_type)
-
-
-def spark_schema_to_arrow(struct_json: dict[str, Any]) -> pa.Schema:
-    """The Arrow schema of a Spark ``StructType.jsonValue()``; every field is nullable."""
-    if not isinstance(struct_json, dict) or struct_json.get("type") != "struct":
-        raise ConfigError(
-            f"a Spark schema must be a StructType's JSON ({{'type': 'struct', 'fields': [...]}}), "
-            f"got {_shorten(repr(struct_json))}"
-        )
-    return pa.schema(_arrow_fields(struct_json))
-
-
-def _simple_arrow_type(name: str) -> pa.DataType:
-    if name in _SIMPLE_SPARK_TYPES:
-        return _SIMPLE_SPARK_TYPES[name]
-    if name == "decimal":
-        return pa.decimal128(10, 0)
-    match = _DECIMAL_TYPE.fullmatch(name)
-    if match is None:
-        raise _unknown_spark_type(name)
-    precision, scale = int(match[1]), int(match[2])
-    if not 1 <= precision <= _MAX_DECIMAL_PRECISION or scale > precision:
-        raise ConfigError(
-            f"Spark type {name!r} is not a valid decimal: the lake needs 1 <= precision <= 38 and "
-            "scale <= precision; fix the lake table's schema"
-        )
-    return pa.decimal128(precision, scale)
-
-
-def _complex_arrow_type(spec: dict[str, Any]) -> pa.DataType:
-    kind = spec.get("type")
-    try:
-        if kind == "array":
-            return pa.list_(spark_arrow_type(spec["elementType"]))
-        if kind == "map":
-            return pa.map_(spark_arrow_type(spec["keyType"]), spark_arrow_type(spec["valueType"]))
-        if kind == "struct":
-            return pa.struct(_arrow_fields(spec))
-    except KeyError as exc:
-        raise ConfigError(
-            f"Spark type {_shorten(repr(spec))} lacks the key {exc}; fix the lake table's schema"
-        ) from None
-    raise _unknown_spark_type(spec)
-
-
-def _arrow_fields(struct_json: dict[str, Any]) -> list[pa.Field]:
-    return [
-        pa.field(field["name"], spark_arrow_type(field["type"]), nullable=True)
-        for field in struct_json["fields"]
-    ]
-
-
-def _unknown_spark_type(spark_type: object) -> ConfigError:
-    return ConfigError(
-        f"Spark type {_shorten(repr(spark_type))} has no Arrow counterpart in the lake destination "
-        "(it knows byte, short, integer, long, float, double, boolean, binary, string, date, "
-        "timestamp, timestamp_ntz, decimal(p,s), array, map and struct); fix the lake table's schema"
-    )
-
-
-def _spark_name(target: pa.DataType) -> str:
-    if pa.types.is_decimal(target):
-        return f"decimal({target.precision},{target.scale})"
-    return _SPARK_NAMES.get(target, str(target))
-
+_Parsed = TypeVar("_Parsed")
 
 # ---- errors -------------------------------------------------------------------------------------
 
@@ -239,7 +145,7 @@ def _convert_scalars(text: pa.Array, target: pa.DataType, what: str) -> pa.Array
 
 
 def _cast(text: pa.Array, target: pa.DataType, what: str) -> pa.Array:
-    problem = f"cannot be read as Spark's {_spark_name(target)}"
+    problem = f"cannot be read as Spark's {spark_type_name(target)}"
     return _vectorised(text, lambda part: pc.cast(part, target), what, problem, _TYPE_REMEDY)
 
 
@@ -257,7 +163,7 @@ def _to_bool(text: pa.Array, what: str) -> pa.Array:
 
 
 def _to_decimal(text: pa.Array, target: pa.DataType, what: str) -> pa.Array:
-    problem = f"does not fit: Spark's {_spark_name(target)} cannot hold it"
+    problem = f"does not fit: Spark's {spark_type_name(target)} cannot hold it"
     remedy = (
         "keep the column as a string in the lake (an unconstrained numeric is one) or change the "
         "source column's type to a numeric(p,s) that fits, then rebaseline the table"
@@ -371,7 +277,7 @@ def _with_far_years(
             values.append(read_far(value) if is_far else None)
         except ValueError:
             raise _value_error(
-                what, value, f"cannot be read as Spark's {_spark_name(target)}", _TYPE_REMEDY
+                what, value, f"cannot be read as Spark's {spark_type_name(target)}", _TYPE_REMEDY
             ) from None
     storage = pa.int32() if pa.types.is_date32(target) else pa.int64()
     return pc.if_else(far, pa.array(values, storage).cast(target), near)
@@ -418,7 +324,8 @@ def _build_lists(items: Sequence[Any], target: pa.DataType, what: str) -> pa.Arr
     depth = _list_depth(target)
     # a list item is a sub-array its parent's multi-dimensional literal already split
     rows = [
-        item if item is None or isinstance(item, list) else _parse_array(item, depth, what) for item in items
+        item if item is None or isinstance(item, list) else _parsed(parse_array, what, item, depth)
+        for item in items
     ]
     offsets, elements = _flatten(rows)
     children = _build(elements, target.value_type, what)
@@ -427,7 +334,7 @@ def _build_lists(items: Sequence[Any], target: pa.DataType, what: str) -> pa.Arr
 
 def _build_structs(items: Sequence[Any], target: pa.DataType, what: str) -> pa.Array:
     count = target.num_fields
-    rows = [None if item is None else _parse_composite(item, count, what) for item in items]
+    rows = [None if item is None else _parsed(parse_composite, what, item, count) for item in items]
     children = [
         _build(
             [None if row is None else row[index] for row in rows],
@@ -440,11 +347,19 @@ def _build_structs(items: Sequence[Any], target: pa.DataType, what: str) -> pa.A
 
 
 def _build_maps(items: Sequence[Any], target: pa.DataType, what: str) -> pa.Array:
-    rows = [None if item is None else _parse_hstore(item, what) for item in items]
+    rows = [None if item is None else _parsed(parse_hstore, what, item) for item in items]
     offsets, pairs = _flatten(rows)
     keys = _build([key for key, _ in pairs], target.key_type, what)
     values = _build([value for _, value in pairs], target.item_type, what)
     return pa.MapArray.from_arrays(offsets, keys, values, type=target, mask=_null_mask(rows))
+
+
+def _parsed(parse: Callable[..., _Parsed], what: str, text: str, *args: int) -> _Parsed:
+    """``parse(text, *args)``; a text that is not such a literal fails naming ``what``."""
+    try:
+        return parse(text, *args)
+    except LiteralError as exc:
+        raise _value_error(what, text, f"is not a valid {exc}", _TYPE_REMEDY) from None
 
 
 def _list_depth(target: pa.DataType) -> int:
@@ -468,174 +383,3 @@ def _flatten(rows: Sequence[Sequence[Any] | None]) -> tuple[pa.Array, list[Any]]
 
 def _null_mask(rows: Sequence[object]) -> pa.Array:
     return pa.array([row is None for row in rows], pa.bool_())
-
-
-class _Literal:
-    """One array, composite or hstore literal being parsed; ``fail`` names the column and value."""
-
-    def __init__(self, text: str, what: str, kind: str) -> None:
-        self.text = text
-        self.what = what
-        self.kind = kind
-
-    def fail(self, problem: str) -> NoReturn:
-        raise _value_error(
-            self.what, self.text, f"is not a valid PostgreSQL {self.kind}: {problem}", _TYPE_REMEDY
-        )
-
-
-_SPACE = " \t\n\r\v\f"  # PostgreSQL's scanner_isspace
-_ESCAPE = re.compile(r"\\(.)", re.S)
-
-
-def _unescape(text: str) -> str:
-    return _ESCAPE.sub(r"\1", text) if "\\" in text else text
-
-
-# arrays: array_out quotes elements holding special characters, with \" and \\ inside quotes
-
-_WS = r"[ \t\n\r\v\f]*+"  # possessive quantifiers (*+, ++) keep every pattern linear
-_BOUND = r"-?\d++" + _WS
-_DIMENSIONS = re.compile(rf"{_WS}(?:\[{_WS}(?:{_BOUND}:{_WS})?{_BOUND}\]{_WS})+=")
-_QUOTED_BODY = r'(?:[^"\\]|\\.)*+'
-_BARE = r'(?:[^{}",\\]|\\.)++'  # may end in blanks: they are stripped
-_ARRAY_TOKEN = re.compile(f'{_WS}(?:([{{}},])|"({_QUOTED_BODY})"|({_BARE}))', re.S)
-_ARRAY_TOKENS = re.compile(f'(?:{_WS}(?:[{{}},]|"{_QUOTED_BODY}"|{_BARE}))*+{_WS}', re.S)
-_ELEMENT = f'{_WS}(?:"{_QUOTED_BODY}"{_WS}|{_BARE})'
-_ELEMENT_PARTS = re.compile(f'{_WS}(?:"({_QUOTED_BODY})"|({_BARE}))', re.S)
-_FLAT_ARRAY = re.compile(rf"{_WS}\{{(?:{_ELEMENT}(?:,{_ELEMENT})*+)?{_WS}\}}{_WS}", re.S)
-_OPENED, _NEED_ELEMENT, _AFTER_ELEMENT = range(3)
-
-
-def _parse_array(text: str, depth: int, what: str) -> list[Any]:
-    """An array literal as nested lists ``depth`` deep of element texts (None for NULL)."""
-    if depth == 1 and _FLAT_ARRAY.fullmatch(text):  # most arrays: one regex pass finds the elements
-        return [_array_element(quoted, bare) for quoted, bare in _ELEMENT_PARTS.findall(text)]
-    literal = _Literal(text, what, "array")
-    decoration = _DIMENSIONS.match(text)  # [1:2][1:1]= before the braces: bounds Spark has no use for
-    start = decoration.end() if decoration else 0
-    if not _ARRAY_TOKENS.fullmatch(text, start):
-        literal.fail("it has an unterminated quote or a stray backslash")
-    return _nest(_ARRAY_TOKEN.findall(text, start), depth, literal)
-
-
-def _nest(tokens: list[tuple[str, str, str]], depth: int, literal: _Literal) -> list[Any]:
-    """The (punctuation, quoted, bare) tokens of an array literal as nested lists."""
-    if not tokens or tokens[0][0] != "{":
-        literal.fail("it must start with '{'")
-    root: list[Any] = []
-    open_arrays = [root]  # the innermost takes the next element
-    state = _OPENED
-    for punct, quoted, bare in tokens[1:]:
-        if not open_arrays:
-            literal.fail("text follows the closing '}'")
-        if punct == "}":
-            if state == _NEED_ELEMENT:
-                literal.fail("an element is missing")
-            open_arrays.pop()
-            state = _AFTER_ELEMENT
-        elif punct == ",":
-            if state != _AFTER_ELEMENT:
-                literal.fail("an element is missing")
-            state = _NEED_ELEMENT
-        elif state == _AFTER_ELEMENT:
-            literal.fail("an element is not followed by ',' or '}'")
-        elif (punct == "{") != (len(open_arrays) < depth):
-            literal.fail(f"its dimensions differ from the lake column's {depth}-dimensional arrays")
-        elif punct == "{":
-            sub_array: list[Any] = []
-            open_arrays[-1].append(sub_array)
-            open_arrays.append(sub_array)
-            state = _OPENED
-        else:
-            open_arrays[-1].append(_array_element(quoted, bare))
-            state = _AFTER_ELEMENT
-    if open_arrays:
-        literal.fail("it lacks a closing '}'")
-    return root
-
-
-def _array_element(quoted: str, bare: str) -> str | None:
-    if not bare:  # a bare element is never empty: this one was quoted
-        return _unescape(quoted)
-    bare = bare.rstrip(_SPACE)
-    return None if bare.upper() == "NULL" else _unescape(bare)
-
-
-# composites: record_out quotes fields holding special characters, doubling " and \ inside
-
-_COMPOSITE_FIELD = re.compile(r'(?:[^",)\\]|\\.|"(?:[^"\\]|\\.|"")*+")*+', re.S)
-_COMPOSITE_PART = re.compile(r'"((?:[^"\\]|\\.|"")*+)"|\\(.)', re.S)
-_QUOTED_COMPOSITE_CHAR = re.compile(r'""|\\(.)', re.S)
-
-
-def _parse_composite(text: str, count: int, what: str) -> tuple[str | None, ...]:
-    """A composite literal ``(1,"a b",,t)`` as its ``count`` field texts (None for NULL)."""
-    literal = _Literal(text, what, "composite value")
-    body = text.strip(_SPACE)
-    if not (body.startswith("(") and body.endswith(")")):
-        literal.fail("it must be enclosed in parentheses")
-    body = body[1:-1]
-    if '"' in body or "\\" in body or ")" in body:
-        fields = _composite_fields(body, literal)
-    else:  # no quotes or escapes (most values): the commas separate the fields
-        fields = [field or None for field in body.split(",")]
-    if len(fields) != count:
-        literal.fail(f"it has {len(fields)} fields where the lake column's struct has {count}")
-    return tuple(fields)
-
-
-def _composite_fields(body: str, literal: _Literal) -> list[str | None]:
-    fields: list[str | None] = []
-    position = 0
-    while True:
-        match = _COMPOSITE_FIELD.match(body, position)
-        assert match is not None  # the pattern matches the empty string
-        raw = match[0]
-        fields.append(_decode_composite_field(raw) if raw else None)
-        position = match.end()
-        if position == len(body):
-            return fields
-        if body[position] != ",":
-            literal.fail(f"unexpected {body[position]!r} at character {position + 2}")
-        position += 1
-
-
-def _decode_composite_field(raw: str) -> str:
-    return _COMPOSITE_PART.sub(_decode_composite_part, raw)
-
-
-def _decode_composite_part(part: re.Match[str]) -> str:
-    if part[1] is None:  # a backslash-escaped character outside quotes
-        return part[2]
-    return _QUOTED_COMPOSITE_CHAR.sub(lambda inner: inner[1] or '"', part[1])  # "" or \x inside quotes
-
-
-# hstore: hstore_out writes "key"=>"value" (or NULL) pairs joined by ", "
-
-_HSTORE_KEY = rf'(?:"(?P<qkey>{_QUOTED_BODY})"|(?P<key>(?:[^ \t\n\r\v\f=,"\\]|\\.)++))'
-_HSTORE_VALUE = rf'(?:"(?P<qvalue>{_QUOTED_BODY})"|(?P<value>(?:[^ \t\n\r\v\f,"\\]|\\.)++))'
-_HSTORE_PAIR = re.compile(rf"{_WS}{_HSTORE_KEY}{_WS}=>{_WS}{_HSTORE_VALUE}{_WS}(?:,|\Z)", re.S)
-
-
-def _parse_hstore(text: str, what: str) -> list[tuple[str, str | None]]:
-    """An hstore literal as (key, value) pairs, value None for NULL."""
-    literal = _Literal(text, what, "hstore value")
-    pairs: list[tuple[str, str | None]] = []
-    position = 0
-    end = len(text.rstrip(_SPACE))
-    while position < end:
-        match = _HSTORE_PAIR.match(text, position)
-        if match is None:
-            literal.fail(f'expected "key"=>"value" at character {position + 1}')
-        key = match["qkey"] if match["qkey"] is not None else match["key"]
-        pairs.append((_unescape(key), _hstore_value(match)))
-        position = match.end()
-    return pairs
-
-
-def _hstore_value(match: re.Match[str]) -> str | None:
-    if match["qvalue"] is not None:
-        return _unescape(match["qvalue"])
-    bare = match["value"]
-    return None if bare.upper() == "NULL" else _unescape(bare)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -22,8 +22,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    del argv  # no arguments
+def main() -> int:
     warehouse = tempfile.mkdtemp(prefix="pgsync-class-archive-")
     try:
         builder = SparkSession.builder.appName("pgsync class archive")
