@@ -168,15 +168,15 @@ def driver_archive(
         log.info("no class archive for the Spark driver: Spark would split its folder %r", str(folder))
         return None
     path = folder / f"spark-driver-{key}.jsa"
+    found = DriverArchive(path)
     if path.exists():
-        return DriverArchive(path)
-    marker = DriverArchive(path).failed_marker
-    if _failed_lately(marker):
+        return found
+    if _failed_lately(found.failed_marker):
         log.info(
             "no class archive for the Spark driver: writing it failed lately (%s; output in %s); "
             "the next try is a day later, or at once when that file is removed",
-            marker,
-            DriverArchive(path).log_file,
+            found.failed_marker,
+            found.log_file,
         )
         return None
     try:
@@ -189,7 +189,7 @@ def driver_archive(
         return None
     if path.exists():  # written while we looked
         lock.close()
-        return DriverArchive(path)
+        return found
     for stale in folder.glob(".spark-driver-*.partial"):  # a writer that was stopped
         with contextlib.suppress(OSError):
             stale.unlink()
@@ -236,14 +236,13 @@ def archive_options(conf: dict[str, Any], archive: DriverArchive | None) -> dict
 
 
 def dump_command(
-    spark_submit: list[str], conf: dict[str, Any], archive: DriverArchive, driver_class_path: str | None
+    spark_submit: list[str], conf: dict[str, Any], archive: DriverArchive, class_path: str
 ) -> list[str]:
     """The spark-submit command of the driver that writes ``archive``: on ``local[1]`` with the
-    job's driver options and class path (what the archive must match), in a scratch folder."""
+    job's driver options and driver class path (what the archive must match)."""
     options = f"{conf.get('spark.driver.extraJavaOptions', '')} {archive.dump_options()}".strip()
     command = [*spark_submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false"]
     command += ["--conf", f"spark.driver.extraJavaOptions={options}"]
-    class_path = driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
     if class_path:
         command += ["--driver-class-path", class_path]
     job = Path(__file__).resolve().parent.parent / "spark" / "class_archive_job.py"
