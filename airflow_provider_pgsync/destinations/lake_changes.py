@@ -3,7 +3,9 @@
 A batch becomes its net records (``destinations/lake_tables.py``), typed like the table's
 base, in one Parquet file named by the batch's watermark and published by a rename: the
 file is the batch and its watermark at once, so a batch is applied exactly once (a re-run
-finds the watermark and skips it). The view merges the segments on read; compaction (a
+finds the watermark and skips it). Once the table's base is laid out by key hash, the records
+carry their key's bucket and are written bucket by bucket (``lake_bucketing.py``), so the
+compaction merges each bucket with its own records alone. The view merges the segments on read; compaction (a
 Spark job) folds them into the next base. Runs where apply runs (pyarrow, no Spark).
 
 Unchanged TOAST values of a row that is neither in the batch nor kept at its own key (a key
@@ -42,6 +44,7 @@ from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import lake_backfill
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.destinations.lake_arrow_types import spark_arrow_type
+from airflow_provider_pgsync.destinations.lake_bucketing import segment_buckets, with_buckets, write_bucketed
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
     KIND,
@@ -165,11 +168,15 @@ class LakeChanges(Destination):
         typed = typed.append_column(LSN_COL, pa.array(np.full(count, upto[0], dtype=np.int64)))
         typed = typed.append_column(SEQ_COL, pa.array(np.full(count, upto[1], dtype=np.int64)))
         typed = typed.append_column(POS_COL, pa.array(np.arange(count, dtype=np.int64)))
+        buckets = segment_buckets(opened.meta.buckets, opened.keys if opened.keyed else [], opened.types)
         folder = self.files.segments_dir(table, opened.meta)
         self._fs.create_dir(folder, recursive=True)
         staging = f"{folder}/_writing-{uuid.uuid4().hex}.parquet"  # readers skip names starting with _
         try:
-            pq.write_table(typed, staging, filesystem=self._fs)
+            if buckets:  # laid out by the base's buckets: a compaction reads each bucket alone
+                write_bucketed(with_buckets(typed, opened.keys, buckets), staging, self._fs, buckets)
+            else:
+                pq.write_table(typed, staging, filesystem=self._fs)
             self._fs.move(staging, f"{folder}/{segment_name(upto)}")
         except Exception as exc:
             self.files.remove(staging)

@@ -47,6 +47,9 @@ from airflow_provider_pgsync.typemap.pgtypes import numeric_precision_scale
 
 # prefixed, like every name the merge SQL adds, so no column of a source table can clash
 KIND, LSN_COL, SEQ_COL, POS_COL = "_pgsync_kind", "_pgsync_lsn", "_pgsync_seq", "_pgsync_pos"
+#: a record's or a row's key-hash bucket, in a bucketed lake segment (``lake_bucketing.py``) and
+#: while a compaction lays out a base
+BUCKET = "_pgsync_bucket"
 #: Spark types of the record columns that precede the table's columns in a lake segment.
 RECORD_FIELDS: tuple[tuple[str, str], ...] = (
     (KIND, "string"),

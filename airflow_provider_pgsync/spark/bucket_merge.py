@@ -1,17 +1,19 @@
 """One bucket of a keyed lake table compacted in Arrow, inside a Spark task.
 
-Spark groups the records of the changes by bucket (``lake_buckets.py``) and calls a
-``BucketTask`` per bucket with them as an Arrow table; the task reads the bucket's base files
-with pyarrow (any pyarrow filesystem), keeps the latest record of each key exactly as the
-view's ``merge_sql`` does (the base's rows come first, then the records by ``(lsn, seq, pos)``;
-``P`` keeps the key's row, ``D`` drops it), and writes the bucket's new file with pyarrow's
-Parquet writer. A TRUNCATE is cut before the records reach a task. Imports pyarrow only.
+A ``BucketTask`` gets a bucket's records as an Arrow table: from Spark, which grouped the
+changes by bucket (``lake_buckets.py``), or from a ``SegmentBucketTask``, which reads them from
+bucketed lake segments itself (``bucketed_segments.py``). It reads the bucket's base files with
+pyarrow (any pyarrow filesystem), keeps the latest record of each key exactly as the view's
+``merge_sql`` does (the base's rows come first, then the records by ``(lsn, seq, pos)``; ``P``
+keeps the key's row, ``D`` drops it), and writes the bucket's new file with pyarrow's Parquet
+writer. A TRUNCATE is cut before the records reach a task. Imports pyarrow and the package's
+pure lake modules only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_pgsync.destinations.lake_bucketing import read_bucket
 from airflow_provider_pgsync.destinations.lake_tables import KIND, LSN_COL, POS_COL, SEQ_COL, bucket_file
 
 #: the marker record that asks for a bucket's rewrite without any change of it
@@ -88,7 +91,10 @@ class BucketTask:
     bucket_column: str
 
     def __call__(self, group: tuple[Any, ...], records: pa.Table) -> pa.Table:
-        bucket = int(group[0].as_py())
+        return self.write(int(group[0].as_py()), records)
+
+    def write(self, bucket: int, records: pa.Table) -> pa.Table:
+        """Merge ``records`` into ``bucket``'s base rows and write its new file."""
         base = self.read_base(bucket)
         rows = merge_bucket(base, records, self.keys, self.columns)
         name = None
@@ -122,3 +128,30 @@ class BucketTask:
 def spark_schema_json(fields: list[dict[str, Any]]) -> str:
     """The JSON of a Spark schema of ``fields`` (as Spark's writer records it)."""
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class SegmentBucketTask:
+    """Compacts the buckets it is given (``RDD.mapPartitions`` over their numbers), reading each
+    bucket's records from the bucketed lake ``segments`` itself (``lake_bucketing.read_bucket``):
+    no shuffle brings them, and no Spark row is made. ``arrow_schema``: the Arrow types of the
+    columns, as the new base holds them. Yields ``{bucket column: bucket, "file": name or None,
+    "rows": rows}`` per bucket."""
+
+    task: BucketTask
+    segments: tuple[str, ...]
+    arrow_schema: pa.Schema
+
+    def __call__(self, buckets: Iterable[int]) -> Iterator[dict[str, Any]]:
+        names = [*self.task.columns, KIND, LSN_COL, SEQ_COL, POS_COL]
+        for bucket in buckets:
+            found = read_bucket(self.task.fs, self.segments, bucket, names)
+            if found is None:  # pragma: no cover - only buckets with records are given
+                continue
+            records = pa.table(
+                {
+                    **{f.name: found.column(f.name).cast(f.type) for f in self.arrow_schema},
+                    **{n: found.column(n) for n in (KIND, LSN_COL, SEQ_COL, POS_COL)},
+                }
+            )
+            yield self.task.write(bucket, records).to_pylist()[0]

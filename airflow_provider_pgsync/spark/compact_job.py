@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,10 @@ from pyspark.sql.types import StructField, StructType
 
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake_bucketing import buckets_of
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
+    BUCKET,
     KIND,
     LSN_COL,
     RECORD_FIELDS,
@@ -40,12 +43,15 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     merge_sql,
 )
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
-from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
+from airflow_provider_pgsync.spark.lake_buckets import BucketedBase, merge_buckets
 from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
+# columns of a segment that are not the table's: the record's own, and its bucket
+RESERVED = frozenset([*(name for name, _ in RECORD_FIELDS), BUCKET])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,27 +113,13 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
     writer = LakeBaseWriter(spark, lake, table, meta.keys)
     writer.warm_up()  # the catalog's client starts while the rows are merged and written
     started = time.monotonic()
-    same_columns, truncates = _segment_footers(files, [p for _, p in pending])
-    # one footer gives the columns when every segment has the same (no job to merge them)
-    reader = spark.read if same_columns else spark.read.option("mergeSchema", "true")
-    changes = reader.parquet(*(files.location(p) for _, p in pending))
-    reserved = {name for name, _ in RECORD_FIELDS}
-    added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in reserved]
-    schema = StructType.fromJson(meta.schema)
+    footers = _segment_footers(files, [p for _, p in pending])
     log.info("%s: folding %d segment(s) into a new base", table, len(pending))
     report: dict[str, Any] = {}
     buckets = 0
+    paths = [p for _, p in pending]
     if meta.keys:  # laid out by key hash: only the buckets with changes are rewritten
-        bucketed = merge_buckets(
-            spark,
-            writer,
-            files,
-            meta,
-            changes.where(_after(meta.watermark) & _upto(upto)),
-            StructType([*schema.fields, *added]),
-            rewrite_all=bool(added),
-            truncates=truncates,
-        )
+        bucketed = _merge_keyed(spark, writer, files, meta, paths, footers, upto)
         staged, buckets = bucketed.staged, bucketed.buckets
         report = {
             "buckets": buckets,
@@ -135,8 +127,10 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
             "files_rewritten": bucketed.rewritten,
             "files_kept": bucketed.kept,
             "rows_rewritten": bucketed.rewritten_rows,
+            "merged_by": bucketed.merged_by,
         }
     else:  # rows counted by identity (no key): the view's own merge, the whole base rewritten
+        changes, added = _read_changes(spark, files, meta, paths, footers.same_columns)
         staged = writer.stage(_merged_keyless(spark, meta, changes, added, upto))
     merged_at = time.monotonic()
     with writer.catalog():
@@ -158,6 +152,38 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
     report["write_seconds"] = round(merged_at - started, 3)
     report["swap_seconds"] = round(swapped_at - merged_at, 3)
     return {**written, **report, "table": str(table), "segments": len(pending), "watermark": list(upto)}
+
+
+def _merge_keyed(
+    spark: SparkSession,
+    writer: LakeBaseWriter,
+    files: LakeFiles,
+    meta: LakeTableMeta,
+    paths: list[str],
+    footers: _Footers,
+    upto: Key,
+) -> BucketedBase:
+    """A keyed table's new base: from bucketed segments by a task per bucket when every segment
+    has the base's buckets, no TRUNCATE and no column the base lacks; else grouped by Spark."""
+    schema = StructType.fromJson(meta.schema)
+    if (
+        meta.buckets
+        and footers.buckets == {meta.buckets}
+        and not footers.truncates
+        and footers.columns <= {*meta.columns, *RESERVED}
+    ):  # Spark reads and moves no change
+        return merge_bucketed_segments(spark, writer, files, meta, paths, schema)
+    changes, added = _read_changes(spark, files, meta, paths, footers.same_columns)
+    return merge_buckets(
+        spark,
+        writer,
+        files,
+        meta,
+        changes.where(_after(meta.watermark) & _upto(upto)),
+        StructType([*schema.fields, *added]),
+        rewrite_all=bool(added),
+        truncates=footers.truncates,
+    )
 
 
 def _merged_keyless(
@@ -182,20 +208,45 @@ def _merged_keyless(
     )
 
 
-def _segment_footers(files: LakeFiles, paths: list[str]) -> tuple[bool, bool]:
-    """From the segments' Parquet footers: whether they all have the same columns, and whether
-    any may hold a TRUNCATE (its kind ``T`` sorts after every other kind, so a row group's
-    maximum shows it; a row group without statistics may hold one)."""
-    schemas, truncates = set(), False
+@dataclass(frozen=True)
+class _Footers:
+    """What the Parquet footers of the segments to fold tell."""
+
+    same_columns: bool
+    """Every segment has the same columns (one footer gives them: no job to merge them)."""
+    truncates: bool
+    """A segment may hold a TRUNCATE (its kind ``T`` sorts after every other kind, so a row
+    group's maximum shows it; a row group without statistics may hold one)."""
+    columns: set[str]
+    """Every column name of every segment."""
+    buckets: set[int]
+    """The numbers of buckets the segments' records were given (0: none)."""
+
+
+def _segment_footers(files: LakeFiles, paths: list[str]) -> _Footers:
+    schemas, truncates, columns, buckets = set(), False, set(), set()
     for path in paths:
         with files.fs.open_input_file(path) as handle:
             meta = pq.ParquetFile(handle).metadata
-        schemas.add(meta.schema.to_arrow_schema().to_string(show_schema_metadata=False))
+        arrow = meta.schema.to_arrow_schema()
+        schemas.add(arrow.remove_metadata().to_string(show_schema_metadata=False))
+        columns.update(arrow.names)
+        buckets.add(buckets_of(meta))
         column = meta.schema.names.index(KIND)
         for group in range(meta.num_row_groups):
             stats = meta.row_group(group).column(column).statistics
             truncates = truncates or stats is None or not stats.has_min_max or stats.max >= "T"
-    return len(schemas) <= 1, truncates
+    return _Footers(len(schemas) <= 1, truncates, columns, buckets)
+
+
+def _read_changes(
+    spark: SparkSession, files: LakeFiles, meta: LakeTableMeta, paths: list[str], same_columns: bool
+) -> tuple[DataFrame, list[StructField]]:
+    """The segments ``paths`` read by Spark, and the columns they have that the base lacks."""
+    reader = spark.read if same_columns else spark.read.option("mergeSchema", "true")
+    changes = reader.parquet(*(files.location(p) for p in paths))
+    added = [f for f in changes.schema.fields if f.name not in meta.columns and f.name not in RESERVED]
+    return changes, added
 
 
 def _after(mark: Key | None) -> Column:

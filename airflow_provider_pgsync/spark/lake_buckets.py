@@ -38,6 +38,7 @@ from pyspark.sql.types import (
 
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import (
+    BUCKET,
     KIND,
     LSN_COL,
     POS_COL,
@@ -52,7 +53,6 @@ from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 
 log = logging.getLogger("pgsync.spark")
 
-BUCKET = "_pgsync_bucket"
 _RANK = "_pgsync_rank"
 # a bucket's file of about 32 MB: few enough files for readers, small enough that a compaction
 # of few changes rewrites a small part of a big table; at least 8 so every core writes
@@ -73,6 +73,9 @@ class BucketedBase:
     rewritten: int
     kept: int
     rewritten_rows: int
+    merged_by: str
+    """How: ``segments`` (each bucket's task read its records from bucketed segments),
+    ``arrow`` (Spark grouped the records by bucket for the tasks), ``sql`` (Spark SQL)."""
 
 
 def bucket_count(base_bytes: int) -> int:
@@ -182,7 +185,7 @@ def merge_buckets(
         )
     location = writer.new_location()
     writer.make_location(location)
-    target = _nullable(schema)
+    target = nullable(schema)
     task = BucketTask(
         fs=files.fs,
         base_files=base_files,
@@ -193,22 +196,46 @@ def merge_buckets(
         spark_version=spark.version,
         bucket_column=BUCKET,
     )
-    summary = StructType(
-        [
-            StructField(BUCKET, IntegerType()),
-            StructField("file", StringType()),
-            StructField("rows", LongType()),
-        ]
-    )
     # fewer tasks than buckets when they are many: a task merges several, one after the other
     tasks = min(buckets, 4 * spark.sparkContext.defaultParallelism)
     grouped = records.repartition(tasks, BUCKET).groupBy(BUCKET)
     # a function of two arguments (Spark counts a callable object's ``self`` as one)
-    done = grouped.applyInArrow(lambda group, rows: task(group, rows), summary).collect()
+    done = grouped.applyInArrow(lambda group, rows: task(group, rows), TASK_SUMMARY).collect()
+    linked = old_files if cut is None else []
+    return finish_buckets(spark, writer, files, meta, location, target, done, linked, every=every, by="arrow")
+
+
+#: what a bucket's task returns: the bucket, its new file (None when no row is left), its rows
+TASK_SUMMARY = StructType(
+    [
+        StructField(BUCKET, IntegerType()),
+        StructField("file", StringType()),
+        StructField("rows", LongType()),
+    ]
+)
+
+
+def finish_buckets(
+    spark: SparkSession,
+    writer: LakeBaseWriter,
+    files: LakeFiles,
+    meta: LakeTableMeta,
+    location: str,
+    target: StructType,
+    done: list[Any],
+    linked: list[str],
+    *,
+    every: bool,
+    by: str,
+) -> BucketedBase:
+    """The new version at ``location`` once the bucket tasks wrote ``done`` (rows of
+    ``TASK_SUMMARY``, or dicts of its fields): the ``linked`` files of the previous version whose
+    buckets were not rewritten are linked into it, and it is staged with its rows counted;
+    ``every``: each bucket was rewritten; ``by``: ``BucketedBase.merged_by``."""
+    buckets = meta.buckets
     rewritten = {int(r[BUCKET]) for r in done}
     rewritten_rows = sum(int(r["rows"]) for r in done)
     written = sum(1 for r in done if r["file"] is not None)
-    linked = old_files if cut is None else []
     kept_rows, kept = _link_untouched(files, meta, linked, rewritten, location)
     if written + kept == 0:  # no row left: an empty file keeps the version's columns readable
         empty = f"{location}/_empty"
@@ -217,16 +244,17 @@ def merge_buckets(
     staged = writer.stage_files(location, rewritten_rows + kept_rows, target)
     buckets_rewritten = buckets if every else len(rewritten)
     log.info(
-        "%s: %d of %d bucket(s) rewritten in Arrow (%s rows in %d file(s)), %d file(s) of %s rows kept",
+        "%s: %d of %d bucket(s) rewritten in Arrow%s (%s rows in %d file(s)), %d file(s) of %s rows kept",
         writer.table,
         buckets_rewritten,
         buckets,
+        " from bucketed segments" if by == "segments" else "",
         f"{rewritten_rows:,}",
         written,
         kept,
         f"{kept_rows:,}",
     )
-    return BucketedBase(staged, buckets, buckets_rewritten, written, kept, rewritten_rows)
+    return BucketedBase(staged, buckets, buckets_rewritten, written, kept, rewritten_rows, by)
 
 
 def _arrow_groupable(data_type: DataType) -> bool:
@@ -235,16 +263,16 @@ def _arrow_groupable(data_type: DataType) -> bool:
     return not isinstance(data_type, (FloatType, DoubleType, StructType, ArrayType, MapType))
 
 
-def _nullable(data_type: Any) -> Any:
+def nullable(data_type: Any) -> Any:
     """``data_type`` with every field and element nullable, as Spark reads files with a schema."""
     if isinstance(data_type, StructType):
         return StructType(
-            [StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in data_type.fields]
+            [StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type.fields]
         )
     if isinstance(data_type, ArrayType):
-        return ArrayType(_nullable(data_type.elementType), True)
+        return ArrayType(nullable(data_type.elementType), True)
     if isinstance(data_type, MapType):
-        return MapType(_nullable(data_type.keyType), _nullable(data_type.valueType), True)
+        return MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
     return data_type
 
 
@@ -403,4 +431,4 @@ def _merge_in_sql(
         kept,
         f"{kept_rows:,}",
     )
-    return BucketedBase(staged, buckets, len(rewrite), written, kept, rewritten_rows)
+    return BucketedBase(staged, buckets, len(rewrite), written, kept, rewritten_rows, "sql")

@@ -1,7 +1,7 @@
 """Every type of DESIGN §6 through the lake's compaction (merged and written in Arrow): the
 view reads the same rows before and after a first compaction (the baseline's base laid out
-by key hash) and after a second one (the base's files read back by pyarrow), the ancient and
-infinite dates and timestamps included (the row of
+by key hash) and after a second one (the base's files and the bucketed lake segments read
+back by pyarrow), the ancient and infinite dates and timestamps included (the row of
 ``ANCIENT_ID`` stays in the base: apply does not carry it)."""
 
 # The statements are built from the module's constants and the table's column names.
@@ -60,3 +60,5 @@ def test_compaction_keeps_every_type(
     assert after_second == on_read != before
     assert sorted(r[0] for r in on_read) == sorted(-r[0] if r[0] > 100 else r[0] for r in before)
     assert _compacted(second)["segments"] > 0
+    # apply wrote the segments by the laid-out base's buckets: each bucket's task read its own
+    assert _compacted(second)["merged_by"] == "segments"

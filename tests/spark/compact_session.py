@@ -15,10 +15,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.destinations.lake_bucketing import segment_buckets, with_buckets, write_bucketed
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import changes_dir, file_bucket, segment_name, view_name
+from airflow_provider_pgsync.destinations.spark_hash import spark_hash
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.compact_job import compact
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
@@ -52,8 +55,12 @@ class Lake:
         writer.clean_up()
         assert written["rows"] == len(rows)
 
-    def segment(self, table: TableRef, records: list[tuple[Any, ...]], names: list[str]) -> None:
-        """One lake segment of ``records`` (kind, then the columns), after every earlier one."""
+    def segment(
+        self, table: TableRef, records: list[tuple[Any, ...]], names: list[str], plain: bool = False
+    ) -> None:
+        """One lake segment of ``records`` (kind, then the columns), after every earlier one, as
+        apply writes it (bucketed once the base is laid out); ``plain``: without buckets, as a
+        backfill writes it."""
         meta = self.files.current(table)
         assert meta is not None
         self.lsn += 1000
@@ -68,7 +75,13 @@ class Lake:
         }
         for i, (name, type_) in enumerate(zip(names, types, strict=True)):
             data[name] = pa.array([r[i + 1] for r in records], type_)
-        pq.write_table(pa.table(data), f"{folder}/{segment_name((self.lsn, 1))}")
+        path = f"{folder}/{segment_name((self.lsn, 1))}"
+        typed = dict(zip(names, types, strict=True))
+        buckets = 0 if plain else segment_buckets(meta.buckets, meta.keys, typed)
+        if buckets:  # as apply writes a segment once the base is laid out
+            write_bucketed(with_buckets(pa.table(data), meta.keys, buckets), path, self.files.fs, buckets)
+        else:
+            pq.write_table(pa.table(data), path)
 
     def view(self, table: TableRef) -> list[list[Any]]:
         for t in self.spark.catalog.listTables(self.lake.database):
@@ -168,6 +181,11 @@ def main(warehouse: str) -> None:
         at.segment(KEYED, [("P", 3, "z")], names)
         model[3] = "z"
         step("after rebaseline")
+        # a segment with buckets and one without (a backfill's): Spark groups them both
+        at.segment(KEYED, [("P", 3, "m1")], names)
+        at.segment(KEYED, [("P", 4, "m2")], names, plain=True)
+        model.update({3: "m1", 4: "m2"})
+        step("mixed")
         # 6: a baseline that lays its base out by key hash: the first compaction rewrites one bucket
         model = {i: f"b{i}" for i in range(1, 801)}
         at.baseline(KEYED, [(k, v) for k, v in model.items()], names, ("id",), bucketed=True)
@@ -181,8 +199,42 @@ def main(warehouse: str) -> None:
         step("keyless", KEYLESS, [[1, "a"], [2, "b"], [2, "b"], [4, "d"]])
         # 8: nothing new: nothing changes
         step("again", KEYLESS, [[1, "a"], [2, "b"], [2, "b"], [4, "d"]])
+    steps.append({"step": "hash", "mismatches": hash_mismatches(spark)})
     spark.stop()
     print("RESULT " + json.dumps(steps, default=str))
+
+
+def hash_mismatches(spark: SparkSession, rows: int = 3000) -> list[str]:
+    """Spark's hash() and ``spark_hash`` of the same random values of every type it covers, one
+    column and several at once (NULLs among them); the rows where they differ."""
+    columns = {
+        "b": "CAST(rand(1) * 256 - 128 AS TINYINT)",
+        "s": "CAST(rand(2) * 65536 - 32768 AS SMALLINT)",
+        "i": "CAST(rand(3) * 4294967296 - 2147483648 AS INT)",
+        "l": "CAST(rand(4) * 1.8e19 - 9e18 AS BIGINT)",
+        "t": "rand(5) < 0.5",
+        "d": "date_add(DATE'0001-01-01', CAST(rand(6) * 3652058 AS INT))",
+        "ts": "timestamp_micros(CAST(rand(7) * 6e16 - 3e16 AS BIGINT))",
+        "ntz": "CAST(timestamp_micros(CAST(rand(8) * 6e15 AS BIGINT)) AS TIMESTAMP_NTZ)",
+        "dec": "CAST(rand(9) * 2e13 - 1e13 AS DECIMAL(18,4))",
+        "str": "substr(repeat(concat(uuid(), 'é€𝄞'), 3), 1, CAST(rand(10) * 60 AS INT))",
+        "bin": "unhex(substr(sha2(CAST(rand(11) AS STRING), 256), 1, CAST(rand(12) * 30 AS INT) * 2))",
+    }
+    some_null = [
+        f"CASE WHEN rand({20 + n}) < 0.05 THEN NULL ELSE {e} END AS {c}"
+        for n, (c, e) in enumerate(columns.items())
+    ]
+    combos = [[c] for c in columns] + [list(columns), ["l", "str"], ["dec", "d", "bin"]]
+    values = spark.range(rows).selectExpr(*some_null)
+    # the values and their hashes in one pass (uuid() and rand() are drawn once)
+    both = values.select("*", *(F.hash(*c).alias("hash " + "|".join(c)) for c in combos)).toArrow()
+    found = []
+    for combo in combos:
+        ours = spark_hash([both.column(c) for c in combo]).tolist()
+        theirs = both.column("hash " + "|".join(combo)).to_pylist()
+        pairs = enumerate(zip(ours, theirs, strict=True))
+        found += [f"{combo} row {n}: {a} != {b}" for n, (a, b) in pairs if a != b]
+    return found[:20]
 
 
 def step_bucket(step: dict[str, Any], key: int) -> int:
