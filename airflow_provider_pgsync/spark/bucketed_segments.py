@@ -23,8 +23,8 @@ from airflow_provider_pgsync.destinations.lake_arrow_types import spark_schema_t
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import BUCKET, LakeTableMeta, file_bucket
 from airflow_provider_pgsync.spark.bucket_merge import BucketTask, SegmentBucketTask
+from airflow_provider_pgsync.spark.bucket_versions import BucketedBase, finish_buckets, nullable
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
-from airflow_provider_pgsync.spark.lake_buckets import BucketedBase, finish_buckets, nullable
 
 log = logging.getLogger("pgsync.spark")
 

@@ -43,10 +43,11 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     merge_sql,
 )
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.spark.bucket_versions import BucketedBase
 from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
-from airflow_provider_pgsync.spark.lake_buckets import BucketedBase, merge_buckets
+from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
 from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 log = logging.getLogger("pgsync.spark")

@@ -2,25 +2,21 @@
 
 The base's files are laid out by ``pmod(hash(keys), buckets)`` (Spark's Murmur3, the same in
 every run); file ``b<bucket>-*.parquet`` of a version holds the rows of its bucket
-(``lake_tables.bucket_file``). A compaction reads the base files of the buckets its changes
-touch, merges them with the changes in one shuffle by bucket (the latest record of each key
-wins, as in the view), writes one file per bucket, and links the files of every other bucket
-into the new version as they are (a hard link on a local warehouse, a copy elsewhere). A
-TRUNCATE among the changes drops the whole base: every bucket is rewritten from the changes
-after it.
+(``lake_tables.bucket_file``). Here, Spark groups the changes by bucket: a compaction reads
+the base files of the buckets its changes touch, merges them with the changes in one shuffle
+by bucket (the latest record of each key wins, as in the view), writes one file per bucket,
+and links the files of every other bucket into the new version as they are
+(``bucket_versions.py``). A TRUNCATE among the changes drops the whole base: every bucket is
+rewritten from the changes after it. Segments that apply wrote bucket by bucket need no
+shuffle (``bucketed_segments.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -28,11 +24,7 @@ from pyspark.sql.types import (
     DataType,
     DoubleType,
     FloatType,
-    IntegerType,
-    LongType,
     MapType,
-    StringType,
-    StructField,
     StructType,
 )
 
@@ -44,10 +36,17 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     POS_COL,
     SEQ_COL,
     LakeTableMeta,
-    bucket_file,
     file_bucket,
 )
 from airflow_provider_pgsync.spark.bucket_merge import REWRITE, BucketTask
+from airflow_provider_pgsync.spark.bucket_versions import (
+    TASK_SUMMARY,
+    BucketedBase,
+    finish_buckets,
+    link_untouched,
+    move_out,
+    nullable,
+)
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 
@@ -60,23 +59,6 @@ _BUCKET_BYTES = 32 * 1024 * 1024
 _MIN_BUCKETS, _MAX_BUCKETS = 8, 4096
 # up to this many changes, their keys are broadcast to the tasks that read the base's files
 _BROADCAST_CHANGES = 500_000
-
-
-@dataclass(frozen=True)
-class BucketedBase:
-    """A new base version written and counted, not yet visible: ``rewritten`` files were written,
-    ``kept`` files of untouched buckets linked from the previous version."""
-
-    staged: StagedBase
-    buckets: int
-    buckets_rewritten: int
-    rewritten: int
-    kept: int
-    rewritten_rows: int
-    merged_by: str
-    """How: ``segments`` (each bucket's task read its records from bucketed segments),
-    ``arrow`` (Spark grouped the records by bucket for the tasks), ``sql`` (Spark SQL)."""
-
 
 def bucket_count(base_bytes: int) -> int:
     """The number of buckets of a base of ``base_bytes`` bytes of Parquet."""
@@ -112,10 +94,10 @@ def stage_bucketed(
         .partitionBy(BUCKET)
         .parquet(staging)
     )
-    if _move_out(files, staging, location) == 0:  # no row: an empty file keeps the columns readable
+    if move_out(files, staging, location) == 0:  # no row: an empty file keeps the columns readable
         empty = f"{location}/_empty"
         df.limit(0).write.parquet(empty)
-        _move_out(files, empty, location, bucket=0)
+        move_out(files, empty, location, bucket=0)
     return writer.stage_files(location, int(counted.get["rows"]), df.schema), buckets
 
 
@@ -205,75 +187,10 @@ def merge_buckets(
     return finish_buckets(spark, writer, files, meta, location, target, done, linked, every=every, by="arrow")
 
 
-#: what a bucket's task returns: the bucket, its new file (None when no row is left), its rows
-TASK_SUMMARY = StructType(
-    [
-        StructField(BUCKET, IntegerType()),
-        StructField("file", StringType()),
-        StructField("rows", LongType()),
-    ]
-)
-
-
-def finish_buckets(
-    spark: SparkSession,
-    writer: LakeBaseWriter,
-    files: LakeFiles,
-    meta: LakeTableMeta,
-    location: str,
-    target: StructType,
-    done: list[Any],
-    linked: list[str],
-    *,
-    every: bool,
-    by: str,
-) -> BucketedBase:
-    """The new version at ``location`` once the bucket tasks wrote ``done`` (rows of
-    ``TASK_SUMMARY``, or dicts of its fields): the ``linked`` files of the previous version whose
-    buckets were not rewritten are linked into it, and it is staged with its rows counted;
-    ``every``: each bucket was rewritten; ``by``: ``BucketedBase.merged_by``."""
-    buckets = meta.buckets
-    rewritten = {int(r[BUCKET]) for r in done}
-    rewritten_rows = sum(int(r["rows"]) for r in done)
-    written = sum(1 for r in done if r["file"] is not None)
-    kept_rows, kept = _link_untouched(files, meta, linked, rewritten, location)
-    if written + kept == 0:  # no row left: an empty file keeps the version's columns readable
-        empty = f"{location}/_empty"
-        spark.createDataFrame([], target).write.parquet(empty)
-        written = _move_out(files, empty, location, bucket=0)
-    staged = writer.stage_files(location, rewritten_rows + kept_rows, target)
-    buckets_rewritten = buckets if every else len(rewritten)
-    log.info(
-        "%s: %d of %d bucket(s) rewritten in Arrow%s (%s rows in %d file(s)), %d file(s) of %s rows kept",
-        writer.table,
-        buckets_rewritten,
-        buckets,
-        " from bucketed segments" if by == "segments" else "",
-        f"{rewritten_rows:,}",
-        written,
-        kept,
-        f"{kept_rows:,}",
-    )
-    return BucketedBase(staged, buckets, buckets_rewritten, written, kept, rewritten_rows, by)
-
-
 def _arrow_groupable(data_type: DataType) -> bool:
     """Whether Arrow groups keys of ``data_type`` as Spark and PostgreSQL compare them (not
     floating point: NaN and -0.0; not nested types: Arrow has no hash grouping for them)."""
     return not isinstance(data_type, (FloatType, DoubleType, StructType, ArrayType, MapType))
-
-
-def nullable(data_type: Any) -> Any:
-    """``data_type`` with every field and element nullable, as Spark reads files with a schema."""
-    if isinstance(data_type, StructType):
-        return StructType(
-            [StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type.fields]
-        )
-    if isinstance(data_type, ArrayType):
-        return ArrayType(nullable(data_type.elementType), True)
-    if isinstance(data_type, MapType):
-        return MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
-    return data_type
 
 
 def _cut(changes: DataFrame) -> tuple[int, ...] | None:
@@ -281,46 +198,6 @@ def _cut(changes: DataFrame) -> tuple[int, ...] | None:
     order = F.struct(F.col(LSN_COL), F.col(SEQ_COL), F.col(POS_COL))
     row = changes.where(F.col(KIND) == "T").agg(F.max(order).alias("cut")).first()
     return tuple(row["cut"]) if row is not None and row["cut"] is not None else None
-
-
-def _move_out(files: LakeFiles, staging: str, location: str, bucket: int | None = None) -> int:
-    """Move the files Spark wrote under ``staging/_pgsync_bucket=<b>/`` (or in ``staging``, all
-    of ``bucket``) to ``location`` named by bucket, then remove ``staging``; how many files."""
-    root = files.path(staging)
-    folders = [(root, bucket)] if bucket is not None else []
-    for folder in files.fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
-        if bucket is None and folder.base_name.startswith(BUCKET + "="):
-            folders.append((folder.path, int(folder.base_name.split("=", 1)[1])))
-    moved = 0
-    for path, number in folders:
-        for part in files.list(path):
-            if part.endswith(".parquet") and not part.startswith((".", "_")):
-                files.fs.move(f"{path}/{part}", f"{files.path(location)}/{bucket_file(number, part)}")
-                moved += 1
-    files.fs.delete_dir(root)
-    return moved
-
-
-def _link_untouched(
-    files: LakeFiles, meta: LakeTableMeta, old_files: list[str], rewrite: set[int], location: str
-) -> tuple[int, int]:
-    """Link the previous version's files of buckets not rewritten into ``location``; their rows
-    (from the Parquet footers) and how many files."""
-    source, target = files.path(meta.base), files.path(location)
-    local = files.lake.local_path is not None
-    rows = count = 0
-    for name in old_files:
-        bucket = file_bucket(name)
-        if bucket is None or bucket in rewrite:
-            continue
-        if local:  # the same file under a second name: nothing is copied or changed
-            os.link(f"{source}/{name}", f"{target}/{name}")
-        else:
-            files.fs.copy_file(f"{source}/{name}", f"{target}/{name}")
-        with files.fs.open_input_file(f"{target}/{name}") as handle:
-            rows += pq.ParquetFile(handle).metadata.num_rows
-        count += 1
-    return rows, count
 
 
 def _merge_in_sql(
@@ -414,12 +291,12 @@ def _merge_in_sql(
         .parquet(staging)
     )
     rewritten_rows = int(counted.get["rows"])
-    written = _move_out(files, staging, location)
-    kept_rows, kept = _link_untouched(files, meta, linked, set(rewrite), location)
+    written = move_out(files, staging, location)
+    kept_rows, kept = link_untouched(files, meta, linked, set(rewrite), location)
     if written + kept == 0:  # no row left: an empty file keeps the version's columns readable
         empty = f"{location}/_empty"
         spark.createDataFrame([], merged.drop(BUCKET).schema).write.parquet(empty)
-        written = _move_out(files, empty, location, bucket=0)
+        written = move_out(files, empty, location, bucket=0)
     staged = writer.stage_files(location, rewritten_rows + kept_rows, merged.drop(BUCKET).schema)
     log.info(
         "%s: %d of %d bucket(s) rewritten (%s rows in %d file(s)), %d file(s) of %s rows kept",
