@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import BUCKET, LakeTableMeta, bucket_file, file_bucket
+from airflow_provider_pgsync.spark.bucket_merge import BucketTask
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 
 log = logging.getLogger("pgsync.spark")
@@ -57,6 +58,43 @@ class BucketedBase:
     merged_by: str
     """How: ``segments`` (each bucket's task read its records from bucketed segments),
     ``arrow`` (Spark grouped the records by bucket for the tasks), ``sql`` (Spark SQL)."""
+
+
+def base_files(files: LakeFiles, meta: LakeTableMeta, names: list[str]) -> dict[int, list[str]]:
+    """The paths of the base version's files ``names``, by bucket (files of no bucket left out)."""
+    found: dict[int, list[str]] = {}
+    for name in names:
+        bucket = file_bucket(name)
+        if bucket is not None:
+            found.setdefault(bucket, []).append(f"{files.path(meta.base)}/{name}")
+    return found
+
+
+def new_version(
+    spark: SparkSession,
+    writer: LakeBaseWriter,
+    files: LakeFiles,
+    meta: LakeTableMeta,
+    schema: StructType,
+    base: dict[int, list[str]],
+) -> tuple[str, StructType, BucketTask]:
+    """A new version folder for the merged buckets (made), its columns (``schema``'s, every
+    field nullable as Spark reads them), and the task that merges a bucket into it, reading the
+    previous version's files ``base`` of each bucket."""
+    location = writer.new_location()
+    writer.make_location(location)
+    target = nullable(schema)
+    task = BucketTask(
+        fs=files.fs,
+        base_files=base,
+        location=files.path(location),
+        keys=tuple(meta.keys),
+        columns=tuple(f.name for f in schema.fields),
+        spark_schema=target.json(),
+        spark_version=spark.version,
+        bucket_column=BUCKET,
+    )
+    return location, target, task
 
 
 def finish_buckets(

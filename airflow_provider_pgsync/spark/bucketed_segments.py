@@ -21,9 +21,14 @@ from pyspark.sql.types import StructType
 
 from airflow_provider_pgsync.destinations.lake_arrow_types import spark_schema_to_arrow
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
-from airflow_provider_pgsync.destinations.lake_tables import BUCKET, LakeTableMeta, file_bucket
-from airflow_provider_pgsync.spark.bucket_merge import BucketTask, SegmentBucketTask
-from airflow_provider_pgsync.spark.bucket_versions import BucketedBase, finish_buckets, nullable
+from airflow_provider_pgsync.destinations.lake_tables import BUCKET, LakeTableMeta
+from airflow_provider_pgsync.spark.bucket_merge import SegmentBucketTask
+from airflow_provider_pgsync.spark.bucket_versions import (
+    BucketedBase,
+    base_files,
+    finish_buckets,
+    new_version,
+)
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
 
 log = logging.getLogger("pgsync.spark")
@@ -42,24 +47,8 @@ def merge_bucketed_segments(
     ``schema``'s columns, rewriting only the buckets they touch."""
     touched = touched_buckets(files, segments)
     old_files = files.list(files.path(meta.base))
-    base_files: dict[int, list[str]] = {}
-    for name in old_files:
-        bucket = file_bucket(name)
-        if bucket is not None:
-            base_files.setdefault(bucket, []).append(f"{files.path(meta.base)}/{name}")
-    location = writer.new_location()
-    writer.make_location(location)
-    target = nullable(schema)
-    task = BucketTask(
-        fs=files.fs,
-        base_files=base_files,
-        location=files.path(location),
-        keys=tuple(meta.keys),
-        columns=tuple(f.name for f in schema.fields),
-        spark_schema=target.json(),
-        spark_version=spark.version,
-        bucket_column=BUCKET,
-    )
+    base = base_files(files, meta, old_files)
+    location, target, task = new_version(spark, writer, files, meta, schema, base)
     run = SegmentBucketTask(task, tuple(segments), spark_schema_to_arrow(target.jsonValue()))
     # a task per core, each merging its buckets one after the other; through the RDD API, as a
     # Python function over bucket numbers: no query to plan and no Arrow stream to set up, which

@@ -38,14 +38,15 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     LakeTableMeta,
     file_bucket,
 )
-from airflow_provider_pgsync.spark.bucket_merge import REWRITE, BucketTask
+from airflow_provider_pgsync.spark.bucket_merge import REWRITE
 from airflow_provider_pgsync.spark.bucket_versions import (
     TASK_SUMMARY,
     BucketedBase,
+    base_files,
     finish_buckets,
     link_untouched,
     move_out,
-    nullable,
+    new_version,
 )
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
@@ -154,30 +155,13 @@ def merge_buckets(
         *(column_ref(c).cast(types[c]).alias(c) for c in columns), KIND, LSN_COL, SEQ_COL, POS_COL, BUCKET
     )
     every = cut is not None or rewrite_all  # every bucket is written
-    base_files: dict[int, list[str]] = {}
-    if cut is None:  # each task reads its bucket's files
-        for name in old_files:
-            bucket = file_bucket(name)
-            if bucket is not None:
-                base_files.setdefault(bucket, []).append(f"{files.path(meta.base)}/{name}")
+    base = base_files(files, meta, old_files) if cut is None else {}  # each task reads its bucket's
     if rewrite_all and cut is None:  # a record per bucket: its task runs
         records = records.unionByName(
             spark.range(buckets).select(F.col("id").cast("int").alias(BUCKET), F.lit(REWRITE).alias(KIND)),
             allowMissingColumns=True,
         )
-    location = writer.new_location()
-    writer.make_location(location)
-    target = nullable(schema)
-    task = BucketTask(
-        fs=files.fs,
-        base_files=base_files,
-        location=files.path(location),
-        keys=tuple(keys),
-        columns=tuple(columns),
-        spark_schema=target.json(),
-        spark_version=spark.version,
-        bucket_column=BUCKET,
-    )
+    location, target, task = new_version(spark, writer, files, meta, schema, base)
     # fewer tasks than buckets when they are many: a task merges several, one after the other
     tasks = min(buckets, 4 * spark.sparkContext.defaultParallelism)
     grouped = records.repartition(tasks, BUCKET).groupBy(BUCKET)
