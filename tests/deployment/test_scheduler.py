@@ -10,6 +10,7 @@ import itertools
 import os
 import signal
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,14 @@ def _states(scheduled: Scheduled, dag_id: str, run_id: str) -> dict[str, dict[st
     return {ti["task_id"]: ti for ti in scheduled.deployment.task_instances(dag_id, run_id)}
 
 
+def _deferral_handled(log: Path, run_id: str, task_id: str) -> bool:
+    """Whether the scheduler logged the end of the workload in which ``task_id`` of the sensors'
+    run ``run_id`` deferred (the task then still deferred)."""
+    head = f"TaskInstance Finished: dag_id=pgsync_test_sensors, task_id={task_id}, run_id={run_id},"
+    text = log.read_text(errors="replace")
+    return any(head in line and "state=deferred" in line for line in text.splitlines())
+
+
 def test_sensors_defer_and_resume_and_a_scheduled_run_applies(scheduled: Scheduled) -> None:
     """The three sensors wait in the triggerer (state deferred), and each resumes when its
     condition comes true: changes committed, the slot's lag grown, the table Ready after the
@@ -41,6 +50,15 @@ def test_sensors_defer_and_resume_and_a_scheduled_run_applies(scheduled: Schedul
             for s in sensors
         ),
         timeout=180,
+    )
+    # Airflow's scheduler fails a resumed task when it handles the executor's event of the
+    # attempt that deferred only after the trigger fired (a task queued again that the
+    # executor reports finished: "state changed externally"), seen under load: the condition
+    # comes true once the scheduler has handled all three deferrals
+    scheduled.wait_for(
+        "the scheduler handled the three sensors' deferrals",
+        lambda: all(_deferral_handled(d.logs / "scheduler.log", run_id, s) for s in sensors),
+        timeout=120,
     )
     # 1,500 changes of ~1 kB: past min_changes (1,000) and the lag threshold (1 MB)
     scheduled.execute(
