@@ -5,7 +5,7 @@ Once a keyed table's base is laid out by ``pmod(hash(keys), buckets)`` (``LakeTa
 as Spark does (``spark_hash.py``), in a column ``_pgsync_bucket``; it writes the records sorted by
 bucket, a row group ending only at a bucket's end, and records the number of buckets in the
 file's metadata. A compaction then reads, for each bucket it rewrites, only that bucket's row
-groups of each segment (``read_bucket``), and needs no shuffle of the changes. The view reads
+groups of each segment (``read_buckets``), and needs no shuffle of the changes. The view reads
 the segments by their declared columns and never sees the bucket column.
 
 A segment written before the base was laid out, by a backfill, or of a table whose key type
@@ -74,11 +74,12 @@ def buckets_of(metadata: pq.FileMetaData) -> int:
     return int(value) if value is not None and value.isdigit() else 0
 
 
-def read_bucket(
-    fs: pafs.FileSystem, paths: Sequence[str], bucket: int, columns: Sequence[str]
+def read_buckets(
+    fs: pafs.FileSystem, paths: Sequence[str], first: int, last: int, columns: Sequence[str]
 ) -> pa.Table | None:
-    """The records of ``bucket`` in the bucketed segments ``paths`` (None: it has none): only
-    the row groups whose bucket range holds it are read; columns ``columns``, in file order."""
+    """The records of buckets ``first`` to ``last`` in the bucketed segments ``paths`` (None:
+    there are none), each file opened once and only its row groups whose bucket range meets
+    those buckets read; columns ``columns`` and ``BUCKET``, in file order."""
     parts = []
     for path in paths:
         with fs.open_input_file(path) as handle:
@@ -87,12 +88,15 @@ def read_bucket(
             groups = []
             for group in range(parquet.metadata.num_row_groups):
                 stats = parquet.metadata.row_group(group).column(index).statistics
-                if stats is None or not stats.has_min_max or stats.min <= bucket <= stats.max:
+                if stats is None or not stats.has_min_max or (stats.min <= last and stats.max >= first):
                     groups.append(group)
             if not groups:
                 continue
             read = parquet.read_row_groups(groups, columns=[*columns, BUCKET])
-        parts.append(read.filter(pc.equal(read.column(BUCKET), bucket)).select(list(columns)))
+        bucket = read.column(BUCKET)
+        inside = pc.and_(pc.greater_equal(bucket, first), pc.less_equal(bucket, last))
+        parts.append(read.filter(inside).select([*columns, BUCKET]))
+    parts = [p for p in parts if p.num_rows]
     if not parts:
         return None
     return pa.concat_tables(parts, promote_options="permissive")

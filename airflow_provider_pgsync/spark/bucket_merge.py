@@ -17,13 +17,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_pgsync.destinations.lake_bucketing import read_bucket
-from airflow_provider_pgsync.destinations.lake_tables import KIND, LSN_COL, POS_COL, SEQ_COL, bucket_file
+from airflow_provider_pgsync.destinations.lake_bucketing import read_buckets
+from airflow_provider_pgsync.destinations.lake_tables import (
+    BUCKET,
+    KIND,
+    LSN_COL,
+    POS_COL,
+    SEQ_COL,
+    bucket_file,
+)
 
 #: the marker record that asks for a bucket's rewrite without any change of it
 REWRITE = "B"
@@ -132,26 +140,38 @@ def spark_schema_json(fields: list[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class SegmentBucketTask:
-    """Compacts the buckets it is given (``RDD.mapPartitions`` over their numbers), reading each
-    bucket's records from the bucketed lake ``segments`` itself (``lake_bucketing.read_bucket``):
-    no shuffle brings them, and no Spark row is made. ``arrow_schema``: the Arrow types of the
-    columns, as the new base holds them. Yields ``{bucket column: bucket, "file": name or None,
-    "rows": rows}`` per bucket."""
+    """Compacts the buckets it is given (``RDD.mapPartitions`` over a run of the touched buckets'
+    numbers, in order), reading their records from the bucketed lake ``segments`` itself
+    (``lake_bucketing.read_buckets``: each segment opened once, only the row groups of those
+    buckets read): no shuffle brings them, and no Spark row is made. ``arrow_schema``: the Arrow
+    types of the columns, as the new base holds them. Yields ``{bucket column: bucket, "file":
+    name or None, "rows": rows}`` per bucket."""
 
     task: BucketTask
     segments: tuple[str, ...]
     arrow_schema: pa.Schema
 
     def __call__(self, buckets: Iterable[int]) -> Iterator[dict[str, Any]]:
+        wanted = sorted(buckets)
+        if not wanted:
+            return
         names = [*self.task.columns, KIND, LSN_COL, SEQ_COL, POS_COL]
-        for bucket in buckets:
-            found = read_bucket(self.task.fs, self.segments, bucket, names)
-            if found is None:  # pragma: no cover - only buckets with records are given
+        found = read_buckets(self.task.fs, self.segments, wanted[0], wanted[-1], names)
+        if found is None:  # pragma: no cover - only buckets with records are given
+            return
+        of_record = found.column(BUCKET).to_numpy()
+        order = np.argsort(of_record, kind="stable")
+        ordered = of_record[order]
+        starts = np.searchsorted(ordered, wanted, side="left")
+        ends = np.searchsorted(ordered, wanted, side="right")
+        for bucket, start, end in zip(wanted, starts.tolist(), ends.tolist(), strict=True):
+            if start == end:  # pragma: no cover - a touched bucket has records
                 continue
+            rows = found.take(pa.array(order[start:end]))
             records = pa.table(
                 {
-                    **{f.name: found.column(f.name).cast(f.type) for f in self.arrow_schema},
-                    **{n: found.column(n) for n in (KIND, LSN_COL, SEQ_COL, POS_COL)},
+                    **{f.name: rows.column(f.name).cast(f.type) for f in self.arrow_schema},
+                    **{n: rows.column(n) for n in (KIND, LSN_COL, SEQ_COL, POS_COL)},
                 }
             )
             yield self.task.write(bucket, records).to_pylist()[0]

@@ -44,7 +44,7 @@ from airflow_provider_pgsync.destinations.lake_tables import (
 )
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.bucket_versions import BucketedBase
-from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments
+from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments, plan
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
 from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
@@ -164,16 +164,20 @@ def _merge_keyed(
     footers: _Footers,
     upto: Key,
 ) -> BucketedBase:
-    """A keyed table's new base: from bucketed segments by a task per bucket when every segment
-    has the base's buckets, no TRUNCATE and no column the base lacks; else grouped by Spark."""
+    """A keyed table's new base: from bucketed segments by tasks over runs of buckets when every
+    segment has the base's buckets, no TRUNCATE and no column the base lacks, and the segments
+    are not too many (``bucketed_segments.plan``); else grouped by Spark."""
     schema = StructType.fromJson(meta.schema)
     if (
         meta.buckets
         and footers.buckets == {meta.buckets}
         and not footers.truncates
         and footers.columns <= {*meta.columns, *RESERVED}
-    ):  # Spark reads and moves no change
-        return merge_bucketed_segments(spark, writer, files, meta, paths, schema)
+    ):  # Spark reads and moves no change, unless the segments are too many for it
+        work = plan(files, paths, spark.sparkContext.defaultParallelism)
+        if work is not None:
+            return merge_bucketed_segments(spark, writer, files, meta, paths, schema, work)
+        log.info("%s: %d segments: Spark groups their records by bucket", writer.table, len(paths))
     changes, added = _read_changes(spark, files, meta, paths, footers.same_columns)
     return merge_buckets(
         spark,

@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_pgsync.destinations import lake_bucketing
 from airflow_provider_pgsync.destinations.lake_bucketing import (
     buckets_of,
-    read_bucket,
+    read_buckets,
     segment_buckets,
     with_buckets,
     write_bucketed,
@@ -65,14 +65,18 @@ def test_each_bucket_is_read_back_alone(tmp_path: Path, monkeypatch: pytest.Monk
     assert all(high < low for (_, high), (low, _) in itertools.pairwise(ranges))
     seen = 0
     for bucket in range(8):
-        found = read_bucket(FS, [path, path], bucket, ["id", "_pgsync_pos"])
-        assert found is not None and found.column_names == ["id", "_pgsync_pos"]
+        found = read_buckets(FS, [path, path], bucket, bucket, ["id", "_pgsync_pos"])
+        assert found is not None and found.column_names == ["id", "_pgsync_pos", BUCKET]
         ids = found.column("id").to_pylist()
         assert ids[: len(ids) // 2] == ids[len(ids) // 2 :]  # once from each of the two paths
         expected = [i for i, b in zip(records.column("id").to_pylist(), buckets, strict=True) if b == bucket]
         assert sorted(ids[: len(ids) // 2]) == sorted(expected)
         seen += len(expected)
     assert seen == 5000
+    # a run of buckets at once: every record of those buckets, none of the others
+    run = read_buckets(FS, [path], 2, 5, ["id"])
+    assert run is not None
+    assert sorted(run.column(BUCKET).to_pylist()) == sorted(b for b in buckets if 2 <= b <= 5)
 
 
 def test_a_bucket_without_records_and_an_empty_segment(tmp_path: Path) -> None:
@@ -80,7 +84,8 @@ def test_a_bucket_without_records_and_an_empty_segment(tmp_path: Path) -> None:
     records = with_buckets(_records(1), ["id"], 4096)
     write_bucketed(records, path, FS, 4096)
     (bucket,) = records.column(BUCKET).to_pylist()
-    assert read_bucket(FS, [path], (bucket + 1) % 4096, ["id"]) is None
+    other = (bucket + 1) % 4096
+    assert read_buckets(FS, [path], other, other, ["id"]) is None
     empty = str(tmp_path / "empty.parquet")
     write_bucketed(with_buckets(_records(0), ["id"], 4), empty, FS, 4)
     assert pq.read_table(empty).num_rows == 0 and buckets_of(pq.ParquetFile(empty).metadata) == 4
