@@ -38,7 +38,8 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # The tests' Spark applications are short and read little data: in such JVMs the JIT's
 # optimising tier and the parallel collector cost more CPU than they save (measured on a
 # 2-core machine: a baseline test 70-77 s instead of 101-119 s). spark-submit passes this to
-# every driver JVM (spark-submit, pyspark sessions, spark-sql); production runs keep the defaults.
+# every driver JVM (spark-submit, pyspark sessions, spark-sql); in production the operators'
+# drivers that run here get the quick tier from BaselineSubmitHook, and the default collector.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # The operators' own driver archive (hooks/spark_class_archive.py) gives way to the tests' one
 # below; should that be missing, it is kept inside the checkout, not in the home folder.

@@ -1,17 +1,26 @@
 """BaselineSubmitHook's choice of master and deploy mode: a standalone master (``spark://``) in
 client mode is submitted to as given; cluster mode there, which Spark refuses for Python
 applications only after starting spark-submit, is refused before, naming the connection and
-the remedy."""
+the remedy. A driver that runs here gets the JIT's quick tier unless the job chooses its own."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_pgsync.errors import ConfigError
-from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook
+from airflow_provider_pgsync.hooks.spark_submit import (
+    QUICK_JIT,
+    BaselineSubmitHook,
+    driver_environment,
+    quick_jit,
+)
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
 
 
@@ -57,3 +66,71 @@ def test_cluster_mode_on_a_standalone_master_is_refused_naming_connection_and_re
 def test_cluster_mode_on_other_masters_is_left_to_them(monkeypatch: pytest.MonkeyPatch) -> None:
     _connection(monkeypatch, "yarn_cluster", host="yarn", extra={"deploy-mode": "cluster"})
     assert BaselineSubmitHook(conn_id="yarn_cluster").cluster_mode
+
+
+_JIT_APP = """
+import sys
+from pyspark import SparkContext
+
+jvm = SparkContext.getOrCreate()._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+)
+open(sys.argv[1], "w").write(bean.getVMOption("TieredStopAtLevel").getValue())
+"""
+
+
+def _no_jit_options() -> str:
+    """The tests' SPARK_SUBMIT_OPTS (tests/conftest.py) without their JIT option."""
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+    return " ".join(w for w in options if not w.startswith("-XX:Tiered"))
+
+
+@pytest.mark.parametrize(
+    ("conf", "level"),
+    [({}, "1"), ({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, "4")],
+    ids=["default", "the-job-s-own"],
+)
+def test_a_driver_that_runs_here_compiles_with_the_quick_tier_unless_the_job_says_otherwise(
+    conf: dict[str, str], level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark-submit through the hook on a local master, as the operators do: the driver JVM's
+    effective TieredStopAtLevel (read in the driver itself)."""
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", _no_jit_options())
+    app, out = tmp_path / "app.py", tmp_path / "level.txt"
+    app.write_text(_JIT_APP)
+    hook = BaselineSubmitHook(
+        conf={"spark.ui.enabled": "false", **conf},
+        application_args=[str(out)],
+        env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment()},
+    )
+    hook.submit(str(app))
+    assert out.read_text() == level
+    assert hook._env_vars is not None and "SPARK_SUBMIT_OPTS" not in hook._env_vars, "restored after the job"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("", QUICK_JIT),
+        ("-Xmx1g -XX:SharedArchiveFile=/a.jsa", f"-Xmx1g -XX:SharedArchiveFile=/a.jsa {QUICK_JIT}"),
+        ("-XX:TieredStopAtLevel=4", None),
+        ("-Xmx1g -XX:-TieredCompilation", None),
+        ("-Xint", None),
+    ],
+)
+def test_submit_options_that_choose_a_jit_are_left_alone(options: str, expected: str | None) -> None:
+    assert quick_jit({"SPARK_SUBMIT_OPTS": options}) == expected
+    assert quick_jit({}) == QUICK_JIT
+
+
+def test_yarn_gets_no_submit_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The provider hands env_vars to the cluster on YARN (spark.yarn.appMasterEnv...), not to
+    the driver's JVM: the hook adds none there (nor on Kubernetes)."""
+    seen: list[dict[str, Any] | None] = []
+    monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, *a, **k: seen.append(self._env_vars))
+    for master in ("yarn", "local[2]"):
+        _connection(monkeypatch, "m", host=master)
+        monkeypatch.setenv("SPARK_SUBMIT_OPTS", "")
+        BaselineSubmitHook(conn_id="m", env_vars={"A": "b"}).submit("app.py")
+    assert seen == [{"A": "b"}, {"A": "b", "SPARK_SUBMIT_OPTS": QUICK_JIT}]
