@@ -15,10 +15,11 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import archive_options, driver_archive, dump_command
 
 DEFAULT_MASTER = "local[*]"
-# A driver that runs here compiles with the JIT's quick tier (C1) alone: its own work is the
-# scheduler, the catalog's start and the swap, short-lived code for which the optimising tier
-# (C2) costs more CPU than it saves, CPU the copy's Python workers and the source's server
-# share on the same cores (measured in the README's "The drivers' JIT").
+# A driver that runs here compiles with the JIT's quick tier (C1) alone: most of its work is
+# short-lived (the scheduler, the catalog's start, the swap), code for which the optimising
+# tier (C2) costs more CPU than it saves, CPU the jobs' Python workers and the source's server
+# share on the same cores. Measured in the README's "The drivers' JIT", with where C2 pays off
+# (a local master's JVM merging millions of rows in Spark SQL) and how a job asks for it.
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 # options by which a job chooses its own JIT: it is left alone then
 _JIT_OPTIONS = (
