@@ -15,6 +15,7 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.hooks.spark_class_archive import DIR_VARIABLE
 from airflow_provider_pgsync.hooks.spark_submit import (
     QUICK_JIT,
     BaselineSubmitHook,
@@ -129,6 +130,7 @@ def test_yarn_gets_no_submit_options(monkeypatch: pytest.MonkeyPatch) -> None:
     the driver's JVM: the hook adds none there (nor on Kubernetes)."""
     seen: list[dict[str, Any] | None] = []
     monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, *a, **k: seen.append(self._env_vars))
+    monkeypatch.setenv(DIR_VARIABLE, "off")  # no class archive written after the fake job
     for master in ("yarn", "local[2]"):
         _connection(monkeypatch, "m", host=master)
         monkeypatch.setenv("SPARK_SUBMIT_OPTS", "")
