@@ -95,8 +95,9 @@ def read_buckets(
             read = parquet.read_row_groups(groups, columns=[*columns, BUCKET])
         bucket = read.column(BUCKET)
         inside = pc.and_(pc.greater_equal(bucket, first), pc.less_equal(bucket, last))
-        parts.append(read.filter(inside).select([*columns, BUCKET]))
-    parts = [p for p in parts if p.num_rows]
+        found = read.filter(inside).select([*columns, BUCKET])
+        if found.num_rows:
+            parts.append(found)
     if not parts:
         return None
     return pa.concat_tables(parts, promote_options="permissive")

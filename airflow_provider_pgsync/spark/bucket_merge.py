@@ -160,14 +160,14 @@ class SegmentBucketTask:
         if found is None:  # pragma: no cover - only buckets with records are given
             return
         of_record = found.column(BUCKET).to_numpy()
-        order = np.argsort(of_record, kind="stable")
-        ordered = of_record[order]
-        starts = np.searchsorted(ordered, wanted, side="left")
-        ends = np.searchsorted(ordered, wanted, side="right")
+        order = np.argsort(of_record, kind="stable")  # records by bucket, each in file order
+        ordered, of_ordered = found.take(pa.array(order)), of_record[order]
+        starts = np.searchsorted(of_ordered, wanted, side="left")
+        ends = np.searchsorted(of_ordered, wanted, side="right")
         for bucket, start, end in zip(wanted, starts.tolist(), ends.tolist(), strict=True):
             if start == end:  # pragma: no cover - a touched bucket has records
                 continue
-            rows = found.take(pa.array(order[start:end]))
+            rows = ordered.slice(start, end - start)
             records = pa.table(
                 {
                     **{f.name: rows.column(f.name).cast(f.type) for f in self.arrow_schema},
