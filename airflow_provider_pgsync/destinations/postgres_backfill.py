@@ -33,7 +33,7 @@ from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.schema import key_columns
 from airflow_provider_pgsync.destinations import postgres_baseline
-from airflow_provider_pgsync.destinations.pg_csv import copy_rows
+from airflow_provider_pgsync.destinations.pg_copy_text import copy_rows
 from airflow_provider_pgsync.destinations.postgres_staging import key_join, stage
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef

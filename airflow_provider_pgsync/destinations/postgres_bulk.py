@@ -20,7 +20,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.net import BulkNet
 from airflow_provider_pgsync.changelog.schema import key_columns
-from airflow_provider_pgsync.destinations.pg_csv import copy_csv, copy_text
+from airflow_provider_pgsync.destinations.pg_copy_text import CopyText, copy_prepared, copy_text
 from airflow_provider_pgsync.destinations.postgres_staging import key_join, new_stage, stage
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
@@ -39,8 +39,8 @@ def apply_bulk(
     server runs the statements before it. The counts are checked: a destination that lost
     a row, or holds one the source inserted, is an error, not a silent repair."""
     names = [c.name for c in columns]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
-        changed = pool.submit(_changed_csv, names, key_columns(columns), net)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-copy") as pool:
+        changed = pool.submit(_changed_text, names, key_columns(columns), net)
         inserts = pool.submit(copy_text, net.inserts) if net.inserts.num_rows else None
         try:
             if destination._conn.info.server_version >= 150000:
@@ -60,7 +60,7 @@ def _merge(
     table: TableRef,
     columns: Sequence[ColumnInfo],
     net: BulkNet,
-    staged_csv: bytes | memoryview,
+    staged_text: CopyText,
 ) -> None:
     """Delete and update the rows the table holds in one join: the deleted keys and the updated
     rows staged together (``pgsync_op`` D or U), one MERGE."""
@@ -76,7 +76,7 @@ def _merge(
     staged = new_stage(
         destination, table, names, extra=sql.SQL("''::text AS {}").format(sql.Identifier(op)), loose=others
     )
-    copy_csv(destination._conn, staged, [op, *names], staged_csv)
+    copy_prepared(destination._conn, staged, [op, *names], staged_text)
     count = destination._conn.execute(
         sql.SQL(
             "MERGE INTO {} AS t USING {} AS s ON {}"
@@ -124,11 +124,11 @@ def _delete_update(
 
 
 def _copy_new(
-    destination: PostgresDestination, table: TableRef, names: list[str], rows_csv: bytes | memoryview
+    destination: PostgresDestination, table: TableRef, names: list[str], rows_text: CopyText
 ) -> None:
-    """The new rows (CSV) into ``table``; a key it already holds is an error."""
+    """The new rows (``copy_text``) into ``table``; a key it already holds is an error."""
     try:
-        copy_csv(destination._conn, table.identifier, names, rows_csv)
+        copy_prepared(destination._conn, table.identifier, names, rows_text)
     except psycopg.errors.UniqueViolation as exc:
         raise DestinationError(
             f"destination {destination.name}: table {table} already has a row the source inserted "
@@ -147,7 +147,7 @@ def _check_count(
         )
 
 
-def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
+def _changed_text(names: list[str], keys: list[str], net: BulkNet) -> CopyText:
     """The rows ``_merge`` stages: ``D`` and the key of each deleted row (NULL elsewhere),
     ``U`` and each updated row."""
     deletes = net.deletes
@@ -160,7 +160,7 @@ def _changed_csv(names: list[str], keys: list[str], net: BulkNet) -> memoryview:
         if part.num_rows
     ]
     if not tagged:
-        return memoryview(b"")
+        return []
     return copy_text(pa.concat_tables([t.cast(tagged[-1].schema) for t in tagged]))
 
 

@@ -36,7 +36,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.multiset import MultisetRun, multiset_runs
 from airflow_provider_pgsync.apply.net import Truncate
-from airflow_provider_pgsync.destinations.pg_csv import copy_csv, copy_rows, copy_text
+from airflow_provider_pgsync.destinations.pg_copy_text import CopyText, copy_prepared, copy_rows, copy_text
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -89,7 +89,7 @@ def apply_keyless(
             if run.inserts.num_rows:
                 copy_rows(destination._conn, table.identifier, names, run.inserts)
             continue
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-csv") as pool:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pgsync-copy") as pool:
             # the new rows' COPY text is written while the server removes the old rows
             inserts = pool.submit(copy_text, run.inserts) if run.inserts.num_rows else None
             try:
@@ -104,7 +104,7 @@ def _remove_then_add(
     table: TableRef,
     columns: Sequence[ColumnInfo],
     run: MultisetRun,
-    inserts: Future[memoryview] | None,
+    inserts: Future[CopyText] | None,
 ) -> None:
     """The old rows removed before the new rows are added, so the DELETE's scan does not read
     them: exact once ``cancelled`` took out the rows both added and removed, when the table
@@ -122,7 +122,7 @@ def _remove_then_add(
                 raise _Short
     except _Short:
         if inserts is not None:
-            copy_csv(destination._conn, table.identifier, names, inserts.result())
+            copy_prepared(destination._conn, table.identifier, names, inserts.result())
         count = _delete(destination, table, columns, run)
         if count != expected:
             raise DestinationError(
@@ -131,7 +131,7 @@ def _remove_then_add(
             ) from None
         return
     if inserts is not None:
-        copy_csv(destination._conn, table.identifier, names, inserts.result())
+        copy_prepared(destination._conn, table.identifier, names, inserts.result())
 
 
 class _Short(Exception):

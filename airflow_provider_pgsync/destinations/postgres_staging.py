@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from psycopg import sql
 
-from airflow_provider_pgsync.destinations.pg_csv import copy_rows
+from airflow_provider_pgsync.destinations.pg_copy_text import copy_rows
 from airflow_provider_pgsync.source.names import TableRef
 
 if TYPE_CHECKING:
