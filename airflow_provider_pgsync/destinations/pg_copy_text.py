@@ -25,9 +25,10 @@ from psycopg import sql
 CopyText = Sequence[memoryview]
 """The text of one COPY, in parts written one after the other."""
 
-# a backslash first: the escapes written after it are not escaped again
 _PIECE_ROWS = 65536
+"""Rows per part of the text (each part is built as one Arrow array, then written in turn)."""
 
+# a backslash first: the escapes written after it are not escaped again
 _ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -37,16 +38,18 @@ def copy_text(rows: pa.Table) -> CopyText:
     escaped with a backslash (so a value ``\\N`` stays that value). Columns that are not
     strings are written as pyarrow casts them to strings (integers, booleans)."""
     parts = []
-    # pieces of a bounded size: a string array holds at most 2 GiB
     for batch in rows.to_batches(max_chunksize=_PIECE_ROWS):
         if not batch.num_rows:
             continue
         if not batch.num_columns:  # rows without columns: an empty line each
             parts.append(memoryview(b"\n" * batch.num_rows))
             continue
-        values = [_escaped(column.cast(pa.string())).fill_null("\\N") for column in batch.columns]
-        values[-1] = pc.binary_join_element_wise(values[-1], "\n", "")
-        parts.append(_data(pc.binary_join_element_wise(*values, "\t")))
+        # large strings (64-bit offsets): a part of long values may pass 2 GiB
+        values = [
+            _escaped(column.cast(pa.large_string())).fill_null(_text("\\N")) for column in batch.columns
+        ]
+        values[-1] = pc.binary_join_element_wise(values[-1], _text("\n"), _text(""))
+        parts.append(_data(pc.binary_join_element_wise(*values, _text("\t"))))
     return parts
 
 
@@ -69,6 +72,11 @@ def copy_prepared(
             copy.write(part)
 
 
+def _text(value: str) -> pa.Scalar:
+    """A large string scalar (the kernels take no plain string beside large strings)."""
+    return pa.scalar(value, pa.large_string())
+
+
 def _escaped(values: pa.Array) -> pa.Array:
     """``values`` with the characters COPY's text format escapes escaped; the values
     themselves when none holds one (looked for in their bytes at once, not value by value)."""
@@ -81,10 +89,10 @@ def _escaped(values: pa.Array) -> pa.Array:
 
 
 def _data(values: pa.Array) -> memoryview:
-    """The bytes of a string array's values, one after the other (for the joined columns of
-    rows: the lines of the COPY)."""
+    """The bytes of a large string array's values, one after the other (for the joined
+    columns of rows: the lines of the COPY)."""
     offsets, data = values.buffers()[1:3]
     if offsets is None or data is None:  # no values, or only empty strings
         return memoryview(b"")
-    bounds = np.frombuffer(offsets, dtype=np.int32, count=len(values) + 1, offset=values.offset * 4)
+    bounds = np.frombuffer(offsets, dtype=np.int64, count=len(values) + 1, offset=values.offset * 8)
     return memoryview(data)[int(bounds[0]) : int(bounds[-1])]
