@@ -41,9 +41,6 @@ def copy_text(rows: pa.Table) -> CopyText:
     for batch in rows.to_batches(max_chunksize=_PIECE_ROWS):
         if not batch.num_rows:
             continue
-        if not batch.num_columns:  # rows without columns: an empty line each
-            parts.append(memoryview(b"\n" * batch.num_rows))
-            continue
         # large strings (64-bit offsets): a part of long values may pass 2 GiB
         values = [
             _escaped(column.cast(pa.large_string())).fill_null(_text("\\N")) for column in batch.columns
