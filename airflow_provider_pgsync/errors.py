@@ -175,8 +175,26 @@ class BaselineError(PgSyncError):
     retryable = True
 
 
+class BaselinePartlyFailedError(PgSyncError):
+    """A baseline failed in some destinations of a table (each named, Errored) and succeeded in the others."""
+
+    retryable = False  # running the task again would rebaseline the destinations that succeeded
+
+
 class DestinationError(PgSyncError):
     """A destination cannot take a table's changes; its tables go Errored, capture goes on."""
+
+
+class DestinationDivergedError(DestinationError):
+    """A destination no longer holds what its watermark says (its table dropped, replaced, emptied
+    or written by someone else); only a rebaseline of that table in that destination repairs it."""
+
+
+class PublishConflictError(DestinationError):
+    """A lake publish was decided for a generation or lineage another writer has replaced since;
+    nothing of it was published (running again decides anew)."""
+
+    retryable = True
 
 
 class DestinationUnavailableError(DestinationError):
@@ -187,7 +205,12 @@ class DestinationUnavailableError(DestinationError):
 
 
 class ApplyFailedError(PgSyncError):
-    """Apply ended with tables Errored in some destination: lists each with reason and remedy."""
+    """Apply ended with tables Errored in some destination: lists each with reason and remedy;
+    ``retryable`` when a destination could not be reached (the rest needs a human)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        self.retryable = retryable
+        super().__init__(message)
 
 
 class SchemaRebaselineError(PgSyncError):

@@ -262,6 +262,7 @@ def empty_metastore(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        umask=0o077,  # private, as a pgsync job makes it (hooks/spark_submit.py)
     )
     metastore = warehouse / "metastore_db"
     assert metastore.is_dir(), f"no Derby metastore was created in {warehouse}"
@@ -272,7 +273,7 @@ def empty_metastore(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_metastore: Path) -> Path:
     """A lake warehouse for one test (PGSYNC_LAKE): no tables, a ready empty metastore."""
     warehouse = tmp_path / "lake"
-    warehouse.mkdir()
+    warehouse.mkdir(mode=0o700)  # as pgsync makes a warehouse (Hive's folders take its permissions)
     shutil.copytree(empty_metastore, warehouse / "metastore_db")
     monkeypatch.setenv("PGSYNC_LAKE", str(warehouse))
     return warehouse

@@ -31,6 +31,13 @@ Lifecycle of one table in one destination:
    no backfill (the table is rebaselined instead);
 6. ``close()``.
 
+Before apply hands a baselined table anything, ``verify(table, lineage)`` proves the destination
+still holds what its watermark says (DESIGN §2 rule 11): the table made by the baseline
+``lineage``, not dropped, replaced or emptied by someone else since; a destination that cannot
+tell raises ``DestinationDivergedError`` naming what is gone, and apply puts that table in that
+destination in Errored with "rebaseline" as the remedy instead of creating it again empty. The
+default compares ``lineage(table)`` with the state's lineage.
+
 A destination is named (``name``); apply keeps no watermark of its own but asks the
 destination, so a destination that stores its watermark with its data (PostgreSQL) applies
 every change exactly once. ``airflow_provider_pgsync.testing.destination_kit`` drives any
@@ -52,7 +59,7 @@ import pyarrow as pa
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.changelog.merge import Key
-from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.errors import DestinationDivergedError, DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.state.schema_diff import SchemaDiff
@@ -105,6 +112,20 @@ class Destination(ABC):
     @abstractmethod
     def watermark(self, table: TableRef) -> Key | None:
         """The key of the last change applied to ``table``; None before the first batch."""
+
+    def verify(self, table: TableRef, lineage: str) -> None:
+        """Raise ``DestinationDivergedError`` (what is gone, and "rebaseline" as the remedy) unless
+        the destination still holds the baseline ``lineage`` of ``table`` that the state
+        expects; called by apply before it reads the watermark. The default compares
+        ``lineage(table)`` with ``lineage`` when the destination records one (``lineage``
+        returns None: nothing to compare). Destinations that can tell more (the table's
+        identity, rows removed by someone else) check that too."""
+        held = self.lineage(table)
+        if held is not None and held != lineage:
+            raise DestinationDivergedError(
+                f"destination {self.name} holds baseline {held} of {table}, not {lineage}, the one the "
+                "pipeline's state expects: someone replaced its rows or an older baseline finished late"
+            )
 
     def change_schema(self, table: TableRef, diff: SchemaDiff) -> SchemaAnswer | SchemaDecision:
         """Follow ``diff`` exactly if possible, and say how apply goes on. The default: columns

@@ -22,14 +22,18 @@ from airflow_provider_pgsync.apply.destination import (
     schema_decision,
 )
 from airflow_provider_pgsync.apply.prefetch import prefetched
-from airflow_provider_pgsync.apply.schema_change import schema_phase, type_text
+from airflow_provider_pgsync.apply.schema_change import rebaseline_remedy, schema_phase, type_text
 from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.retention import handoff_segments
 from airflow_provider_pgsync.changelog.schema import COMMIT_LSN, SEQ, XID, segment_schema
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.errors import DestinationError, DestinationUnavailableError
+from airflow_provider_pgsync.errors import (
+    DestinationDivergedError,
+    DestinationError,
+    DestinationUnavailableError,
+)
 from airflow_provider_pgsync.state.model import (
     Backfill,
     ColumnInfo,
@@ -79,8 +83,12 @@ def apply_table(
     in the base), read from the segments that can hold them (``handoff_segments``); it
     becomes Ready once capture has passed its ``baseline_lsn`` and every captured change is
     applied. A Ready table's pending backfill is merged into the destination at the same
-    point (``apply/backfill.py``). A destination that refuses the changes or a schema change
-    it cannot take leaves the table Errored in it; a Rebaseline answer sends it back to Init
+    point (``apply/backfill.py``). First the destination proves it still holds the baseline the
+    state names (``Destination.verify``, rule 11): one that does not (its table dropped, replaced
+    or emptied by someone) leaves the table Errored in it with a rebaseline as the remedy and no
+    retry. Whatever else fails for the table in this destination (a refused batch, its DDL, a
+    driver's error) leaves it Errored there, never the other tables or destinations (rule 12); a
+    schema change it cannot take too; a Rebaseline answer sends it back to Init
     (``on_schema_change`` ``rebaseline``) or Errored with no retry (``fail``), the remedy
     naming ``baseline_dag_id`` (``apply/schema_change.py``); an
     Errored one that may be retried (``DestinationState.applying``) is tried again from its watermark
@@ -93,30 +101,33 @@ def apply_table(
     table, key = table_state.table, table_state.key
     if phase is None:
         return TableApplied(key, 0, 0, None, current.phase)
-    segments = kept = [s for s in state.segments if s.table == key]
-    watermark = destination.watermark(table)
-    if isinstance(phase, SyncDone) and watermark is None:
-        segments = handoff_segments(segments, phase)
-    # read from each version's first segment, which may be before the hand-off
-    columns_of_version, started = _versions(changelog, kept)
-    handed = {s.schema_version for s in segments}
-    versions = {v: c for v, c in columns_of_version.items() if v in handed}
-    known = _version_at(segments, watermark)
-    opened = known is not None or bool(versions)
-    if opened:
-        first = known if known is not None else min(versions)
-        destination.open_table(table, versions.get(first, table_state.columns), first)
-    handed_off = (
-        isinstance(phase, SyncDone)
-        and state.last_end_lsn is not None
-        and state.last_end_lsn >= phase.baseline_lsn
-    )
-    # a hand-off starts from the columns the baseline copied: a change of them between its
-    # snapshot and the first captured change is a schema change like any other
-    copied = phase.schema_version if isinstance(phase, SyncDone) and watermark is None else None
     applied = in_base = 0
+    watermark: Key | None = None
     batches: Generator[tuple[int, pa.RecordBatch], None, None] | None = None
     try:
+        if current.lineage:  # rule 11: the destination still holds what the state says
+            destination.verify(table, current.lineage)
+        segments = kept = [s for s in state.segments if s.table == key]
+        watermark = destination.watermark(table)
+        if isinstance(phase, SyncDone) and watermark is None:
+            segments = handoff_segments(segments, phase)
+        # read from each version's first segment, which may be before the hand-off
+        columns_of_version, started = _versions(changelog, kept)
+        handed = {s.schema_version for s in segments}
+        versions = {v: c for v, c in columns_of_version.items() if v in handed}
+        known = _version_at(segments, watermark)
+        opened = known is not None or bool(versions)
+        if opened:
+            first = known if known is not None else min(versions)
+            destination.open_table(table, versions.get(first, table_state.columns), first)
+        handed_off = (
+            isinstance(phase, SyncDone)
+            and state.last_end_lsn is not None
+            and state.last_end_lsn >= phase.baseline_lsn
+        )
+        # a hand-off starts from the columns the baseline copied: a change of them between its
+        # snapshot and the first captured change is a schema change like any other
+        copied = phase.schema_version if isinstance(phase, SyncDone) and watermark is None else None
         changes_read = changelog.read_changes(
             table,
             segments,
@@ -198,22 +209,25 @@ def apply_table(
             return TableApplied(key, applied, in_base, upto, phase, backfilled=written)
     except DestinationUnavailableError:
         raise  # transient: the task fails for Airflow to retry, the phase stays as it is
-    except DestinationError as exc:
-        return TableApplied(
-            key,
-            applied,
-            in_base,
-            watermark,
-            Errored(
-                reason=str(exc),
-                solution=(
-                    f"fix table {key} in destination {destination.name} as the reason says, then run "
-                    f"apply again (the cdc DAG), or rebaseline {key} in {destination.name}"
-                ),
-                retry="manual",
-                previous=phase.kind,
+    except DestinationDivergedError as exc:
+        # only a new baseline repairs it: apply leaves it alone until then (retry none)
+        remedy = rebaseline_remedy(key, destination.name, baseline_dag_id)
+        errored = Errored(reason=str(exc), solution=remedy, retry="none", previous=phase.kind)
+        return TableApplied(key, applied, in_base, watermark, errored)
+    except Exception as exc:  # rule 12: whatever fails here is this table's in this destination
+        if not isinstance(exc, DestinationError):
+            log.exception("%s in %s: apply failed", key, destination.name)
+        reason = str(exc) if isinstance(exc, DestinationError) else f"{type(exc).__name__}: {exc}"
+        errored = Errored(
+            reason=reason[:2000],
+            solution=(
+                f"fix table {key} in destination {destination.name} as the reason says, then run "
+                f"apply again (the cdc DAG), or {rebaseline_remedy(key, destination.name, baseline_dag_id)}"
             ),
+            retry="manual",
+            previous=phase.kind,
         )
+        return TableApplied(key, applied, in_base, watermark, errored)
     finally:
         if batches is not None:
             batches.close()

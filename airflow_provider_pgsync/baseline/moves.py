@@ -8,7 +8,7 @@ was rebaselined again meanwhile) records nothing over the newer one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from airflow_provider_pgsync.state.model import ColumnInfo, PipelineState, TableState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, SyncDone
@@ -64,4 +64,20 @@ def failed(
         current = state.table(key).destination(name)
         if current.lineage == lineage and isinstance(current.phase, DataSync):
             state = state.with_destination_phase(key, name, errored, lineage=lineage)
+    return state
+
+
+def concluded(
+    state: PipelineState,
+    key: str,
+    succeeded: Sequence[str],
+    done: SyncDone,
+    errored: Mapping[str, Errored],
+) -> PipelineState:
+    """The outcome of a baseline that succeeded in some destinations and failed in others, in
+    one move: each of ``succeeded`` in SyncDone ``done`` (``finished``), each destination of
+    ``errored`` in its own Errored (``failed``: one moved on meanwhile is left as it is)."""
+    state = finished(state, key, succeeded, done)
+    for name, phase in errored.items():
+        state = failed(state, key, [name], done.lineage, phase)
     return state

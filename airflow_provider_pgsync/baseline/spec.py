@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_provider_pgsync.typemap.spark import ColumnRead
@@ -77,10 +77,16 @@ class BaselineJobSpec:
 
 @dataclass(frozen=True)
 class BaselineResult:
-    """The job's report: rows written and where, timings, or the error that stopped it.
+    """The job's report: rows written and where, timings, and per destination its outcome.
 
     ``copy_seconds`` runs from the start of reading to the base swapped in; ``catalog_seconds``
     is the swap's share of it (the metastore step).
+
+    Each destination's part succeeds or fails on its own: ``written`` has an entry (with its
+    ``destination`` name) for each one that succeeded, ``failed`` the error of each one that
+    did not, by destination name. ``ok`` when every destination succeeded. A failure of the job
+    as a whole (nothing was decided per destination: e.g. its session or the snapshot) is
+    ``ok`` False with an empty ``failed``; ``error`` says why, or sums up ``failed``.
     """
 
     ok: bool
@@ -91,6 +97,30 @@ class BaselineResult:
     catalog_seconds: float = 0.0
     written: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     error: str = ""
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def failed_as_a_whole(self) -> bool:
+        """The job failed before any destination's part had an outcome of its own."""
+        return not self.ok and not self.failed
+
+    def error_of(self, destination: str) -> str | None:
+        """Why ``destination``'s part failed (the job's error when it failed as a whole), or None."""
+        if self.failed_as_a_whole:
+            return self.error
+        return self.failed.get(destination)
+
+    def with_failure(self, destination: str, error: str) -> BaselineResult:
+        """This result with ``destination``'s part failed with ``error`` (its entry in ``written``
+        dropped), after the job (e.g. a replica's finish, a custom destination's load)."""
+        failed = {**self.failed, destination: error}
+        return replace(
+            self,
+            ok=False,
+            written=tuple(w for w in self.written if w.get("destination") != destination),
+            failed=failed,
+            error=summary(failed),
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -99,4 +129,16 @@ class BaselineResult:
     def from_json(cls, text: str) -> BaselineResult:
         data = json.loads(text)
         data["written"] = tuple(data.get("written", ()))
+        data["failed"] = dict(data.get("failed", {}))
         return cls(**data)
+
+
+def summary(failed: dict[str, str]) -> str:
+    """One line for the destinations' errors, each error once with the destinations it stopped."""
+    stopped: dict[str, list[str]] = {}
+    for name, error in failed.items():
+        stopped.setdefault(error, []).append(name)
+    return "; ".join(
+        f"destination{'s' if len(names) > 1 else ''} {', '.join(names)}: {error}"
+        for error, names in stopped.items()
+    )

@@ -4,6 +4,15 @@ The order is the whole point: the slot is advanced only after the batch's segmen
 published and recorded in the state, so a crash anywhere re-peeks the same
 transactions (at-least-once), and a re-run drops the transactions the state already
 holds (commit LSN below the recorded end LSN).
+
+The state write is a compare-and-set on the version loaded before the peek. A baseline's
+or an apply's write in between (phases, watermarks, backfills, segments pruned, a
+baseline's first columns of a table the batch holds nothing of) does not cost the batch:
+capture reloads and records the same batch on the state saved now (a few attempts). Only
+a change of what the batch was decoded from (the slot identity, the captured end LSN,
+segments added, a table's schema version, columns, DDL, relation OID or source name: another
+capture, or a setup) is a true conflict: StateConflictError, the slot stays, and the next
+run decodes the batch again from the new state (``PipelineState.capture_conflict``).
 """
 
 from __future__ import annotations
@@ -15,10 +24,10 @@ from dataclasses import dataclass, field
 from airflow_provider_pgsync.capture.columns import arrow_payloads
 from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
-from airflow_provider_pgsync.errors import ConfigError, SlotError
+from airflow_provider_pgsync.errors import ConfigError, SlotError, StateConflictError
 from airflow_provider_pgsync.failpoints import fail_point, pause_point
 from airflow_provider_pgsync.hooks.ddl_trigger import ddl_catalog
-from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.replication import PgReplicationHook, SlotInfo
 from airflow_provider_pgsync.hooks.run_locks import HeldLock
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
@@ -28,6 +37,8 @@ from airflow_provider_pgsync.state.phases import Errored
 from airflow_provider_pgsync.state.store import StateStore
 
 log = logging.getLogger(__name__)
+SAVE_ATTEMPTS = 5
+"""How many compare-and-set saves a capture makes of its batch (rebased after each conflict)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,13 @@ def capture(
 
     The lock is checked again right before each state write and the slot advance: a run whose
     lock went with its session (another run may hold it now) stops there (LockLostError).
+
+    When another run saved the state between this run's load and its save, the batch is
+    recorded on the state saved now, keeping that run's writes (phases, watermarks, ...),
+    unless that run changed something capture owns (the slot identity, the captured end LSN,
+    the segments, a table's schema version, columns, DDL, relation OID or source name): then
+    StateConflictError as before, the slot is not advanced and the next run captures the batch
+    again. See ``PipelineState.capture_conflict`` for the exact rule.
     """
     with hook.capture_lock(settings.slot_name, holder) as lock:
         return _capture(hook, store, settings, lock)
@@ -101,15 +119,16 @@ def _capture(
 ) -> CaptureResult:
     started = time.monotonic()
     slot = settings.slot_name
-    state = store.load(settings.pipeline)
+    loaded = state = store.load(settings.pipeline)
     info = hook.slot_info(slot)
     problem = slot_problem(state, slot, info)
     if problem is not None:
-        _mark_errored(store, state, problem, lock)
+        _mark_errored(store, state, slot, info, problem, lock)
         raise SlotError(f"{problem.reason}; {problem.solution}")
     assert info is not None and info.confirmed_flush_lsn is not None
-    if state.slot_name is None:
-        state = state.with_slot(slot, info.confirmed_flush_lsn)
+    adopt = (slot, info.confirmed_flush_lsn) if state.slot_name is None else None
+    if adopt is not None:
+        state = state.with_slot(*adopt)
     with hook.connect() as conn:  # before the peek's bound: see DecodeWriter.version_of
         catalog = ddl_catalog(conn, [t.source_table for t in state.tables.values()])
     positions = hook.wal_positions()  # the peek's bound and the 64-bit xid reference, read together
@@ -149,10 +168,8 @@ def _capture(
         target = _advance_target(decoded, idle, upto)
         previous = state.last_end_lsn
         if target is not None and (previous is None or target > previous or decoded.segments):
-            new = state.with_capture(target, decoded.segments, decoded.tables.values())
             fail_point("before_state_write")
-            lock.ensure_held()
-            state = store.save(new)
+            state = _save_capture(store, loaded, decoded, target, lock, adopt=adopt)
             fail_point("after_state_write")
         if target is not None:
             lock.ensure_held()
@@ -187,16 +204,90 @@ def _advance_target(decoded: DecodeResult, idle: bool, upto: LSN) -> LSN | None:
     return LSN(decoded.last_end_lsn)
 
 
-def _mark_errored(store: StateStore, state: PipelineState, problem: SlotProblem, lock: HeldLock) -> None:
-    """Put every table that is not Errored yet into Errored with the remedy; save."""
-    changed = state
-    for key, ts in state.tables.items():
-        if not isinstance(ts.phase, Errored):
-            phase = Errored(reason=problem.reason, solution=problem.solution, retry="manual")
-            changed = changed.with_table_phase(key, phase)
-    if changed is not state:
+def _save_capture(
+    store: StateStore,
+    loaded: PipelineState,
+    decoded: DecodeResult,
+    target: LSN,
+    lock: HeldLock,
+    *,
+    adopt: tuple[str, LSN] | None,
+    attempts: int = SAVE_ATTEMPTS,
+) -> PipelineState:
+    """Record the batch decoded from ``loaded`` (adopting slot ``adopt`` when the state had none):
+    a compare-and-set on the version loaded; when another run saved meanwhile, the batch is
+    recorded on the state saved now instead, unless something capture owns changed there
+    (``PipelineState.capture_conflict``: then StateConflictError, and the batch is redone)."""
+
+    def record(state: PipelineState) -> PipelineState:
+        if adopt is not None:
+            state = state.with_slot(*adopt)
+        return state.with_capture(target, decoded.segments, decoded.tables.values())
+
+    current = loaded
+    for attempt in range(1, attempts + 1):
         lock.ensure_held()
-        store.save(changed)
+        try:
+            return store.save(record(current))
+        except StateConflictError:
+            if attempt == attempts:
+                raise
+            current = store.load(loaded.pipeline)
+            conflict = current.capture_conflict(loaded, decoded.segments, decoded.tables.values())
+            if conflict is not None:
+                log.warning(
+                    "capture's batch was decoded from state version %d, but another run changed what "
+                    "capture owns meanwhile (%s, now version %d): the batch is not recorded and the slot "
+                    "not advanced; the next run captures it again",
+                    loaded.version,
+                    conflict,
+                    current.version,
+                )
+                raise
+            log.info(
+                "another run saved the state meanwhile (phases, watermarks: nothing capture reads): the "
+                "batch is recorded on state version %d",
+                current.version,
+            )
+    raise AssertionError("unreachable")
+
+
+def _mark_errored(
+    store: StateStore,
+    state: PipelineState,
+    slot: str,
+    info: SlotInfo | None,
+    problem: SlotProblem,
+    lock: HeldLock,
+    *,
+    attempts: int = SAVE_ATTEMPTS,
+) -> None:
+    """Put every table that is not Errored yet into Errored with the remedy; save. On a conflict
+    the state saved meanwhile is decided again (as ``update_state`` does): its tables marked,
+    unless the slot suits it now (e.g. a setup adopted the slot meanwhile)."""
+    current = state
+    for attempt in range(1, attempts + 1):
+        found = slot_problem(current, slot, info)
+        if found is None:
+            log.warning(
+                "the state was changed meanwhile and suits slot %s now: no table marked Errored", slot
+            )
+            break
+        changed = current
+        for key, ts in current.tables.items():
+            if not isinstance(ts.phase, Errored):
+                phase = Errored(reason=found.reason, solution=found.solution, retry="manual")
+                changed = changed.with_table_phase(key, phase)
+        if changed is current:
+            break
+        lock.ensure_held()
+        try:
+            store.save(changed)
+            break
+        except StateConflictError:
+            if attempt == attempts:
+                raise
+            current = store.load(state.pipeline)
     log.error("capture stopped: %s; %s", problem.reason, problem.solution)
 
 

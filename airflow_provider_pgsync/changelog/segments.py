@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.changelog import metadata as meta_
+from airflow_provider_pgsync.changelog import private
 from airflow_provider_pgsync.changelog.merge import Key, Source, merge_changes
 from airflow_provider_pgsync.changelog.paths import first_lsn_of, segment_path
 from airflow_provider_pgsync.changelog.prune import segments_to_prune
@@ -124,10 +125,10 @@ class Changelog:
             stream.write(body)
             stream.close()
         else:
-            self.filesystem.create_dir(folder, recursive=True)
+            private.create_dir(self.filesystem, folder)
             temp = _temp_name(final)
             try:
-                with self.filesystem.open_output_stream(temp) as stream:
+                with private.open_output(self.filesystem, temp) as stream:
                     _write_parquet(data, stream)
                 self.filesystem.move(temp, final)
             except BaseException:
@@ -346,10 +347,10 @@ def _temp_name(final: str) -> str:
 
 def _publish_local(final: str, data: pa.Table) -> None:
     folder = os.path.dirname(final)
-    os.makedirs(folder, exist_ok=True)
+    private.make_dirs(folder)  # rows of every captured change: 0700 folders, 0600 files
     temp = _temp_name(final)
     try:
-        with open(temp, "xb") as sink:
+        with os.fdopen(private.create_file(temp), "wb") as sink:
             _write_parquet(data, sink)
             sink.flush()
             os.fsync(sink.fileno())

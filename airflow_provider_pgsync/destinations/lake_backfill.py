@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
 from airflow_provider_pgsync.changelog.merge import Key
-from airflow_provider_pgsync.destinations.lake_tables import KIND, LSN_COL, POS_COL, SEQ_COL, segment_name
+from airflow_provider_pgsync.destinations.lake_tables import KIND, LSN_COL, POS_COL, SEQ_COL
 from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
@@ -57,10 +57,14 @@ def stage_backfill(
     location = lake.lake.backfill_dir(table, backfill_id)
     folder = lake.files.path(location)
     fs = lake.files.fs
-    fs.create_dir(folder, recursive=True)
+    lake.files.make_dir(folder)
     try:
-        pq.write_table(rows.replace_schema_metadata(TEXT_MARK), f"{folder}/{ROWS_FILE}", filesystem=fs)
-        pq.write_table(absent, f"{folder}/{ABSENT_FILE}", filesystem=fs)
+        rows_file, absent_file = (
+            lake.files.new_file(f"{folder}/{ROWS_FILE}"),
+            lake.files.new_file(f"{folder}/{ABSENT_FILE}"),
+        )
+        pq.write_table(rows.replace_schema_metadata(TEXT_MARK), rows_file, filesystem=fs)
+        pq.write_table(absent, absent_file, filesystem=fs)
     except Exception as exc:
         lake.files.remove(folder)
         raise DestinationError(
@@ -124,8 +128,8 @@ def backfill(
         ]
     )
     segments = lake.files.segments_dir(table, opened.meta)
-    fs.create_dir(segments, recursive=True)
-    staging = f"{segments}/_writing-{uuid.uuid4().hex}.parquet"
+    lake.files.make_dir(segments)
+    staging = lake.files.new_file(f"{segments}/_writing-{uuid.uuid4().hex}.parquet")
     written = 0
 
     def records(kind: str, part: pa.Table) -> pa.Table:
@@ -161,7 +165,8 @@ def backfill(
                 if gone.num_rows:
                     out.write_table(records("D", gone))
                     written += gone.num_rows
-        fs.move(staging, f"{segments}/{segment_name(upto)}")  # also when empty: it is the watermark
+        # also when empty: it is the watermark; only into the lineage that is still current
+        lake.files.publish_segment(table, opened.meta, staging, upto)
     except Exception as exc:
         lake.files.remove(staging)
         if isinstance(exc, DestinationError):
@@ -221,13 +226,15 @@ def _segment(lake: LakeChanges, table: TableRef, opened: _Table, records: pa.Tab
     data[POS_COL] = pa.array(np.arange(count, dtype=np.int64))
     fs = lake.files.fs
     segments = lake.files.segments_dir(table, opened.meta)
-    fs.create_dir(segments, recursive=True)
-    staging = f"{segments}/_writing-{uuid.uuid4().hex}.parquet"
+    lake.files.make_dir(segments)
+    staging = lake.files.new_file(f"{segments}/_writing-{uuid.uuid4().hex}.parquet")
     try:
         pq.write_table(pa.table(data), staging, filesystem=fs)
-        fs.move(staging, f"{segments}/{segment_name(upto)}")
+        lake.files.publish_segment(table, opened.meta, staging, upto)
     except Exception as exc:
         lake.files.remove(staging)
+        if isinstance(exc, DestinationError):
+            raise
         raise DestinationError(
             f"lake table {table}: writing a backfill segment to {segments} failed: {exc}"
         ) from exc

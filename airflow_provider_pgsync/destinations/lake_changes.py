@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_pgsync.apply.backfill import TouchedKeys
@@ -53,10 +54,13 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     SEQ_COL,
     LakeTableMeta,
     added_column_type,
-    segment_name,
 )
 from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
-from airflow_provider_pgsync.errors import DestinationError
+from airflow_provider_pgsync.errors import (
+    DestinationDivergedError,
+    DestinationError,
+    DestinationUnavailableError,
+)
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 from airflow_provider_pgsync.state.schema_diff import SchemaDiff
@@ -170,19 +174,49 @@ class LakeChanges(Destination):
         typed = typed.append_column(POS_COL, pa.array(np.arange(count, dtype=np.int64)))
         buckets = segment_buckets(opened.meta.buckets, opened.keys if opened.keyed else [], opened.types)
         folder = self.files.segments_dir(table, opened.meta)
-        self._fs.create_dir(folder, recursive=True)
+        self.files.make_dir(folder)
         staging = f"{folder}/_writing-{uuid.uuid4().hex}.parquet"  # readers skip names starting with _
         try:
+            self.files.new_file(staging)
             if buckets:  # laid out by the base's buckets: a compaction reads each bucket alone
                 write_bucketed(with_buckets(typed, opened.keys, buckets), staging, self._fs, buckets)
             else:
                 pq.write_table(typed, staging, filesystem=self._fs)
-            self._fs.move(staging, f"{folder}/{segment_name(upto)}")
         except Exception as exc:
             self.files.remove(staging)
             raise DestinationError(
                 f"lake table {table}: writing a segment to {folder} failed: {exc}"
             ) from exc
+        self.files.publish_segment(table, opened.meta, staging, upto)  # only into the current lineage
+
+    def verify(self, table: TableRef, lineage: str) -> None:
+        """The table's current generation is of baseline ``lineage`` and its base is there
+        (complete: Spark's ``_SUCCESS`` marker); DestinationDivergedError otherwise. The
+        catalog's view and base table are not checked here (apply runs without Spark): they are
+        made from the generation, and the next compaction makes them again."""
+        where = f"lake table {table} in {self.lake.table_dir(table)}"
+        try:
+            meta = self.files.current(table)
+            base = None if meta is None else self._fs.get_file_info(f"{self.files.path(meta.base)}/_SUCCESS")
+        except OSError as exc:
+            raise DestinationUnavailableError(
+                f"destination {self.name}: {where} could not be read: {exc}; nothing was applied: check "
+                "that the warehouse is reachable; the next run goes on from the watermark"
+            ) from exc
+        if meta is None:
+            raise DestinationDivergedError(
+                f"{where} has no generation (meta files) any more, though the pipeline holds its baseline "
+                f"{lineage} there: its files were removed outside pgsync"
+            )
+        if meta.lineage != lineage:
+            raise DestinationDivergedError(
+                f"{where} holds baseline {meta.lineage}, not {lineage}, the one the pipeline's state expects"
+            )
+        if base is None or base.type != pafs.FileType.File:
+            raise DestinationDivergedError(
+                f"{where}: its base {meta.base} (generation {meta.number}) is gone or incomplete: it was "
+                "removed outside pgsync"
+            )
 
     def stage_backfill(
         self,

@@ -15,7 +15,9 @@ PostgreSQL's ``infinity``/``-infinity`` dates and timestamps become the ends of 
 (9999-12-31 23:59:59.999999 and 0001-01-01 00:00:00), as the baseline does (``typemap.spark``);
 dates and timestamps before the year 1 or after 9999 keep their exact value (``lake_eras``), as
 the baseline's do; values Spark's types cannot hold (NaN in a decimal, too many digits) raise
-``DestinationError`` naming the column and the value.
+``DestinationError`` naming the column and the value. An array the lake cannot hold exactly
+(other dimensions than the column's, a lower bound other than 1) raises ``DestinationError``
+with the baseline's refusal (``typemap.spark.array_refusal``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ from airflow_provider_pgsync.destinations.lake_eras import (
     far_years,
 )
 from airflow_provider_pgsync.destinations.pg_literals import (
+    ArrayShapeError,
     LiteralError,
     parse_array,
     parse_composite,
     parse_hstore,
 )
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.typemap.spark import array_refusal
 
 _Parsed = TypeVar("_Parsed")
 
@@ -355,9 +359,12 @@ def _build_maps(items: Sequence[Any], target: pa.DataType, what: str) -> pa.Arra
 
 
 def _parsed(parse: Callable[..., _Parsed], what: str, text: str, *args: int) -> _Parsed:
-    """``parse(text, *args)``; a text that is not such a literal fails naming ``what``."""
+    """``parse(text, *args)``; a text that is not such a literal, or an array the lake cannot hold
+    exactly, fails naming ``what`` (the latter as the baseline refuses it)."""
     try:
         return parse(text, *args)
+    except ArrayShapeError as exc:
+        raise DestinationError(array_refusal(what, exc.dims, exc.declared)) from None
     except LiteralError as exc:
         raise _value_error(what, text, f"is not a valid {exc}", _TYPE_REMEDY) from None
 

@@ -1,6 +1,7 @@
 """PostgreSQL's text output of arrays, composites (row values) and hstore values split into the
 texts of their elements, fields and pairs (None for NULL), for ``lake_values.py`` to convert by
-the same rules as scalars. A value that is not such a literal raises ``LiteralError``.
+the same rules as scalars. A value that is not such a literal raises ``LiteralError``; a
+non-empty array whose dimensions or lower bounds the lake cannot hold raises ``ArrayShapeError``.
 """
 
 # Hand-written on purpose: no maintained library parses PostgreSQL's text output of arrays,
@@ -14,10 +15,22 @@ from __future__ import annotations
 import re
 from typing import Any, NoReturn
 
+from airflow_provider_pgsync.typemap.spark import array_refusal
+
 
 class LiteralError(ValueError):
     """A value that is not a valid literal of its kind (array, composite value, hstore value);
     the message says which and what is wrong."""
+
+
+class ArrayShapeError(LiteralError):
+    """A non-empty array the lake cannot hold exactly: other dimensions than the lake column's
+    ``declared`` ones, or a lower bound other than 1; ``dims`` is its ``array_dims`` text."""
+
+    def __init__(self, dims: str, declared: int) -> None:
+        super().__init__(array_refusal("PostgreSQL array", dims, declared))
+        self.dims = dims
+        self.declared = declared
 
 
 class _Literal:
@@ -43,6 +56,7 @@ def _unescape(text: str) -> str:
 _WS = r"[ \t\n\r\v\f]*+"  # possessive quantifiers (*+, ++) keep every pattern linear
 _BOUND = r"-?\d++" + _WS
 _DIMENSIONS = re.compile(rf"{_WS}(?:\[{_WS}(?:{_BOUND}:{_WS})?{_BOUND}\]{_WS})+=")
+_DIMENSION = re.compile(rf"\[{_WS}(?:(-?\d++){_WS}:{_WS})?(-?\d++){_WS}\]")  # [lower:upper] or [upper]
 _QUOTED_BODY = r'(?:[^"\\]|\\.)*+'
 _BARE = r'(?:[^{}",\\]|\\.)++'  # may end in blanks: they are stripped
 _ARRAY_TOKEN = re.compile(f'{_WS}(?:([{{}},])|"({_QUOTED_BODY})"|({_BARE}))', re.S)
@@ -54,15 +68,57 @@ _OPENED, _NEED_ELEMENT, _AFTER_ELEMENT = range(3)
 
 
 def parse_array(text: str, depth: int) -> list[Any]:
-    """An array literal as nested lists ``depth`` deep of element texts (None for NULL)."""
+    """An array literal as nested lists ``depth`` deep of element texts (None for NULL).
+
+    The lake holds arrays of its column's ``depth`` dimensions indexed from 1: a non-empty
+    array with other dimensions, or whose ``[lower:upper]...=`` decoration (array_out writes it
+    when a lower bound is not 1) has a lower bound other than 1, raises ``ArrayShapeError``.
+    """
     if depth == 1 and _FLAT_ARRAY.fullmatch(text):  # most arrays: one regex pass finds the elements
         return [_array_element(quoted, bare) for quoted, bare in _ELEMENT_PARTS.findall(text)]
     literal = _Literal("array")
-    decoration = _DIMENSIONS.match(text)  # [1:2][1:1]= before the braces: bounds Spark has no use for
+    decoration = _DIMENSIONS.match(text)  # [-3:-1]= or [1:2][0:1]= before the braces
     start = decoration.end() if decoration else 0
     if not _ARRAY_TOKENS.fullmatch(text, start):
         literal.fail("it has an unterminated quote or a stray backslash")
-    return _nest(_ARRAY_TOKEN.findall(text, start), depth, literal)
+    tokens = _ARRAY_TOKEN.findall(text, start)
+    found = _leading_braces(tokens)  # the value's dimensions, as its braces nest
+    empty = found == 1 and len(tokens) > 1 and tokens[1][0] == "}"  # {}: no dimensions at all
+    if empty or (found == depth and decoration is None) or found == 0:
+        return _nest(tokens, depth, literal)
+    nested = _nest(tokens, found, literal)  # a well-formed literal before its shape is judged
+    if decoration is None:
+        dims = _dims_text([(1, length) for length in _lengths(nested, found)])
+    else:
+        bounds = [(int(lower or 1), int(upper)) for lower, upper in _DIMENSION.findall(decoration[0])]
+        if len(bounds) != found:
+            literal.fail(f"its {len(bounds)} [lower:upper] dimensions differ from its braces' {found}")
+        dims = _dims_text(bounds)
+        if found == depth and all(lower == 1 for lower, _ in bounds):
+            return nested
+    raise ArrayShapeError(dims, depth)
+
+
+def _leading_braces(tokens: list[tuple[str, str, str]]) -> int:
+    count = 0
+    while count < len(tokens) and tokens[count][0] == "{":
+        count += 1
+    return count
+
+
+def _lengths(nested: list[Any], dimensions: int) -> list[int]:
+    """The length of each dimension of a rectangular array (array_in makes every array one)."""
+    lengths = []
+    level: Any = nested
+    for _ in range(dimensions):
+        lengths.append(len(level))
+        level = level[0] if level and isinstance(level[0], list) else []
+    return lengths
+
+
+def _dims_text(bounds: list[tuple[int, int]]) -> str:
+    """``array_dims``'s text of (lower, upper) bounds: ``[1:2][-3:-1]``."""
+    return "".join(f"[{lower}:{upper}]" for lower, upper in bounds)
 
 
 def _nest(tokens: list[tuple[str, str, str]], depth: int, literal: _Literal) -> list[Any]:

@@ -44,6 +44,7 @@ from airflow_provider_pgsync.destinations import (
     postgres_baseline,
     postgres_bulk,
     postgres_create,
+    postgres_guard,
     postgres_keyless,
     postgres_steps,
 )
@@ -52,11 +53,18 @@ from airflow_provider_pgsync.destinations.postgres_schema import change_replica_
 from airflow_provider_pgsync.destinations.postgres_types import ReplicaTypes
 from airflow_provider_pgsync.destinations.postgres_watermarks import (
     ensure_control_tables,
+    read_identity,
     read_watermark,
     watermarks_table,
+    write_identity,
     write_watermark,
 )
-from airflow_provider_pgsync.errors import ConfigError, DestinationError, DestinationUnavailableError
+from airflow_provider_pgsync.errors import (
+    ConfigError,
+    DestinationDivergedError,
+    DestinationError,
+    DestinationUnavailableError,
+)
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.sessions import hold_open, keepalive_args
 from airflow_provider_pgsync.state.model import ColumnInfo
@@ -89,6 +97,8 @@ _SESSION = (
     # a batch of a million changes, or a baseline's key build and ANALYZE, runs as long as it
     # takes: a low statement_timeout of the replica's database or role would fail it every time
     "SET statement_timeout = 0",
+    # its statements are pgsync's own: the tables' guard trigger records only others' writes
+    f"SET {postgres_guard.WRITER_SETTING} = 'on'",
 )
 
 
@@ -122,11 +132,6 @@ class PostgresDestination(Destination):
             self._conn = psycopg.connect(conninfo, autocommit=True)
         except psycopg.OperationalError as exc:
             raise _unavailable(name, "connecting", exc) from exc
-        for statement in _SESSION:
-            self._conn.execute(statement)
-        # the session lasts the whole apply run, idle while other tables and destinations are
-        # worked on, and idle in a batch's transaction while its rows are read and staged
-        hold_open(self._conn)
         self._source = source
         self._types = ReplicaTypes(self._conn, source, name)
         self._actual: dict[str, dict[str, str]] = {}  # per table, its columns' types in the replica
@@ -134,7 +139,22 @@ class PostgresDestination(Destination):
         # equality of text (postgres_keyless.py)
         self._equality: dict[tuple[str, tuple[tuple[str, str], ...]], postgres_keyless.Equality] = {}
         self._staged = 0
-        ensure_control_tables(self._conn, self.control_schema)
+        try:
+            for statement in _SESSION:
+                self._conn.execute(statement)
+            # the session lasts the whole apply run, idle while other tables and destinations are
+            # worked on, and idle in a batch's transaction while its rows are read and staged
+            hold_open(self._conn)
+            ensure_control_tables(self._conn, self.control_schema)
+        except psycopg.Error as exc:
+            self._conn.close()
+            if isinstance(exc, psycopg.OperationalError):
+                raise _unavailable(name, "preparing its session", exc) from exc
+            raise DestinationError(
+                f"destination {name}: its control schema {control_schema} could not be prepared: "
+                f"{exc.diag.message_primary or exc}; give the connection's role the right to create "
+                "it (or create it for that role)"
+            ) from exc
 
     @classmethod
     def from_config(
@@ -179,18 +199,62 @@ class PostgresDestination(Destination):
     # ---- lifecycle
 
     def open_table(self, table: TableRef, columns: Sequence[ColumnInfo], schema_version: int) -> None:
+        """Create the table when it has never been here (no baseline, no change applied); a
+        table whose watermark row says it was here is not created again (DestinationDivergedError)."""
         del schema_version  # the table's columns say everything this destination needs
-        if self._exists(table):
-            postgres_create.add_new_generated(self, table)
-            self._actual.pop(str(table), None)
-            return
-        keys = key_columns(columns) if is_keyed(columns) else []
-        extra = (
-            [sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))]
-            if keys
-            else []
-        )
-        self.create_table(table, table, columns, extra, if_not_exists=True)
+        try:
+            if self._exists(table):
+                postgres_create.add_new_generated(self, table)
+                self._actual.pop(str(table), None)
+                return
+            held = read_identity(self._conn, self.control_schema, self.name, table)
+            row = read_watermark(self._conn, self.control_schema, self.name, table)
+            if (held is not None and (held[0] is not None or held[1] is not None)) or (
+                row is not None and row[0] is not None
+            ):
+                raise DestinationDivergedError(
+                    f"destination {self.name}: table {table} is gone (dropped outside pgsync, or its "
+                    "schema was), though its watermark row says it was made here; apply does not "
+                    "create it again empty"
+                )
+            keys = key_columns(columns) if is_keyed(columns) else []
+            extra = (
+                [sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, keys)))]
+                if keys
+                else []
+            )
+            with self._conn.transaction():
+                self.create_table(table, table, columns, extra, if_not_exists=True)
+                postgres_guard.install_trigger(self._conn, self.control_schema, table)
+                relid = postgres_guard.table_oid(self._conn, table)
+                assert relid is not None  # created just now, in this transaction
+                write_identity(self._conn, self.control_schema, self.name, table, relid)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"opening table {table}", exc) from exc
+        except psycopg.Error as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} could not be opened: "
+                f"{exc.diag.message_primary or exc}; fix the cause in the destination and run apply again"
+            ) from exc
+
+    def verify(self, table: TableRef, lineage: str) -> None:
+        """See ``postgres_guard.verify``: the table is the one baseline ``lineage`` made, and only
+        pgsync wrote to it."""
+        try:
+            held = read_identity(self._conn, self.control_schema, self.name, table)
+            with self._conn.transaction():
+                adopted = postgres_guard.verify(
+                    self._conn, self.control_schema, self.name, table, lineage, held
+                )
+                if adopted is not None:
+                    write_identity(self._conn, self.control_schema, self.name, table, adopted)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"checking table {table}", exc) from exc
+        except psycopg.Error as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} could not be checked: "
+                f"{exc.diag.message_primary or exc}; fix the cause in the destination and run apply again"
+            ) from exc
 
     def watermark(self, table: TableRef) -> Key | None:
         try:

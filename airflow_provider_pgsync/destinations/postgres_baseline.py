@@ -7,9 +7,10 @@ load fastest into a bare heap). The baseline's Spark tasks copy their ctid range
 (``baseline/pg_copy.py``), each recording its partition in ``<control schema>.baseline_parts``
 in the same transaction as its rows, so a retried task finds its partition done instead of
 copying it twice. ``finish_baseline`` then adds the primary key, analyzes the table and, in
-one transaction, drops the table it replaces, moves the staging table into place and resets
-the table's watermark row ("no change applied yet", recording the lineage): a reader sees
-the old table or the new one. ``discard_baseline`` drops what a failed job left.
+one transaction, drops the table it replaces, moves the staging table into place, gives it the
+guard trigger (``postgres_guard.py``) and resets the table's watermark row ("no change applied
+yet", recording the lineage and the table's OID): a reader sees the old table or the new one.
+``discard_baseline`` drops what a failed job left.
 
 Functions of a ``PostgresDestination`` (its connection and types); its methods of the same
 names call them.
@@ -27,6 +28,7 @@ from psycopg import sql
 
 from airflow_provider_pgsync.apply.net import is_keyed
 from airflow_provider_pgsync.changelog.schema import key_columns
+from airflow_provider_pgsync.destinations import postgres_guard
 from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
@@ -128,13 +130,16 @@ def finish_baseline(
                     )
                 )
             conn.execute(sql.SQL("COMMENT ON TABLE {} IS NULL").format(table.identifier))
+            # the table's identity, and the trigger that tells writes of others to it
+            postgres_guard.install_trigger(conn, destination.control_schema, table)
             conn.execute(
                 sql.SQL(
-                    "INSERT INTO {} (destination, table_key, commit_lsn, seq, lineage)"
-                    " VALUES (%s, %s, NULL, NULL, %s) ON CONFLICT (destination, table_key)"
-                    " DO UPDATE SET commit_lsn = NULL, seq = NULL, lineage = EXCLUDED.lineage"
+                    "INSERT INTO {} (destination, table_key, commit_lsn, seq, lineage, relid)"
+                    " VALUES (%s, %s, NULL, NULL, %s, to_regclass(%s)) ON CONFLICT (destination, table_key)"
+                    " DO UPDATE SET commit_lsn = NULL, seq = NULL, lineage = EXCLUDED.lineage,"
+                    " relid = EXCLUDED.relid"
                 ).format(destination._watermarks),
-                (destination.name, str(table), lineage),
+                (destination.name, str(table), lineage, table.identifier.as_string(conn)),
             )
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE staging = %s").format(

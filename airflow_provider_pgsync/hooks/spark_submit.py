@@ -11,6 +11,7 @@ from typing import Any
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_provider_pgsync.changelog.private import PRIVATE_UMASK
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import archive_options, driver_archive, dump_command
 
@@ -41,6 +42,9 @@ class BaselineSubmitHook(SparkSubmitHook):
     def __init__(self, *, default_master: str = DEFAULT_MASTER, **kwargs: Any) -> None:
         self._default_master = default_master
         super().__init__(**kwargs)
+        # the files the job writes hold rows: private on Hadoop's filesystems (executors anywhere),
+        # unless the job's configuration says otherwise
+        self._conf = {"spark.hadoop.fs.permissions.umask-mode": "077", **(self._conf or {})}
 
     def _resolve_connection(self) -> dict[str, Any]:
         found = True
@@ -93,9 +97,18 @@ class BaselineSubmitHook(SparkSubmitHook):
         self._env_vars = {**(self._env_vars or {}), name: value}
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        """Submit as the provider does; a driver that runs here maps the class archive of the
-        drivers before it, and when there is none yet, a short driver writes it once the job
-        has succeeded (``spark_class_archive``)."""
+        """Submit as the provider does, with the umask 077: spark-submit and what it starts here
+        (the driver, a local master's executors and Python workers, the embedded Derby metastore)
+        create the job's files 0600 and folders 0700 (``changelog/private.py``). A driver that runs
+        here maps the class archive of the drivers before it, and when there is none yet, a short
+        driver writes it once the job has succeeded (``spark_class_archive``)."""
+        umask = os.umask(PRIVATE_UMASK)
+        try:
+            return self._submit(application, **kwargs)
+        finally:
+            os.umask(umask)
+
+    def _submit(self, application: str, **kwargs: Any) -> str | None:
         if self.cluster_mode:
             return super().submit(application, **kwargs)
         conf, env_vars = self._conf, self._env_vars

@@ -32,6 +32,7 @@ from airflow_provider_pgsync.hooks.connections import (
 )
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, TablePhase
@@ -100,7 +101,7 @@ class PgApplyOperator(BaseOperator):
         fail_on_rebaseline: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         if state_backend not in STATE_BACKENDS:
             raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
         if not destinations:
@@ -154,7 +155,7 @@ class PgApplyOperator(BaseOperator):
                 lock.ensure_held()
                 saved = self._prune(store, saved, run.changelog, self.retention)
         summary = run.summary(saved)
-        failures = run.unavailable + _errored(saved, names)
+        failures = run.unavailable + run.unopened + _errored(saved, names)
         others = bool(failures)
         for sent in rebaselines:
             table, name, reason = sent["table"], sent["destination"], sent["reason"]
@@ -167,9 +168,11 @@ class PgApplyOperator(BaseOperator):
                 continue
             failures.append(f"table {table} in destination {name} went back to Init: {reason}; {then}")
         if failures:
+            # a retry can help only a destination that could not be reached; the rest needs a human
             raise ApplyFailedError(
                 f"apply of pipeline {self.pipeline!r} left {len(failures)} table(s) not applied "
-                "(everything else was applied):\n" + "\n".join(f"  - {f}" for f in failures)
+                "(everything else was applied):\n" + "\n".join(f"  - {f}" for f in failures),
+                retryable=bool(run.unavailable),
             )
         return summary
 
@@ -210,6 +213,10 @@ class PgApplyOperator(BaseOperator):
         except DestinationUnavailableError as exc:
             run.unavailable.append(f"every table in destination {name}: {exc} (the task will be retried)")
             self.log.error("apply -> %s: %s", name, exc)
+            return
+        except Exception as exc:  # e.g. no right to its control schema: the other destinations go on
+            self.log.exception("apply -> %s: the destination could not be opened", name)
+            run.unopened.append(f"every table in destination {name}: {type(exc).__name__}: {exc}")
             return
         try:
             for key, table_state in state.tables.items():
@@ -299,7 +306,7 @@ class PgApplyOperator(BaseOperator):
 class _Run:
     """What one apply run found: per table the result in each destination, the decisions to
     record (table, destination, the lineage and phase each was decided from, result), watermarks,
-    backfills taken, and the destinations it could not reach."""
+    backfills taken, and the destinations it could not reach or open."""
 
     changelog: Changelog
     results: dict[str, list[tuple[str, TableApplied]]] = field(default_factory=dict)
@@ -308,6 +315,8 @@ class _Run:
     backfilled: dict[str, list[str]] = field(default_factory=dict)
     backfill_ids: dict[str, str] = field(default_factory=dict)
     unavailable: list[str] = field(default_factory=list)
+    unopened: list[str] = field(default_factory=list)
+    """Destinations that could not be opened for a lasting reason (their phases stay)."""
     request: str = ""
     """The id of this run's rebaseline requests (a request id adds its destinations' digest)."""
 

@@ -25,7 +25,13 @@ from airflow_provider_pgsync.capture.health import baseline_slot_problem, slot_c
 from airflow_provider_pgsync.destinations.configs import destination_kind, destination_name
 from airflow_provider_pgsync.destinations.lake import LakeDestination, new_version
 from airflow_provider_pgsync.destinations.pg_typedefs import read_columns
-from airflow_provider_pgsync.errors import BaselineError, ConfigError, PgSyncError, SlotError
+from airflow_provider_pgsync.errors import (
+    BaselineError,
+    BaselinePartlyFailedError,
+    ConfigError,
+    PgSyncError,
+    SlotError,
+)
 from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
 from airflow_provider_pgsync.hooks.connections import (
     check_connections,
@@ -43,6 +49,7 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
     pass_entry,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table
@@ -67,6 +74,13 @@ class PgBaselineOperator(BaseOperator):
     The table goes DataSync while the job runs, then SyncDone{snapshot, baseline_lsn} once the
     base is durable, or Errored with the cause. A table already past Init needs
     ``rebaseline=True`` (a retry of this task re-runs its own interrupted attempt).
+
+    Each destination's part succeeds or fails on its own (a lake refusing a value, a replica
+    refusing the rows, a custom destination's ``load_baseline`` raising): the ones that
+    succeeded go SyncDone, each failed one Errored with its reason and the remedy (rebaseline
+    the table in that destination alone), and the task fails with the non-retryable
+    ``BaselinePartlyFailedError`` naming them. A failure of the source or of the job as a whole,
+    or of every destination, fails them all as before.
 
     :param pipeline: the pipeline name (key of its state).
     :param table: ``"schema.table"`` or ``{"table": ..., "columns": [...], "row_filter": ...}``,
@@ -129,7 +143,7 @@ class PgBaselineOperator(BaseOperator):
         spark_password_file: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         if state_backend not in STATE_BACKENDS:
             raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
         if target_partition_mb <= 0:
@@ -182,6 +196,7 @@ class PgBaselineOperator(BaseOperator):
                 ),
             )
             self.log.info("baseline %s: %s in DataSync under lineage %s", key, ", ".join(names), lineage)
+            raised: dict[str, BaseException] = {}  # per destination that failed here, why
             try:
                 with hook.baseline_snapshot(spec_table.table) as (snapshot, conn):
                     self._check_slot(hook, store, key, baseline_lsn=snapshot.baseline_lsn)
@@ -199,19 +214,23 @@ class PgBaselineOperator(BaseOperator):
                     check_custom(self.destinations)
                     spark = any(destination_kind(d) != "custom" for d in self.destinations)  # lakes, replicas
                     self._replicas = ReplicaBaselines(self.destinations, self.log)
+                    result = BaselineResult(ok=True)
                     if spark:
                         spec = self._job_spec(
                             hook, conn, spec_table, snapshot, lakes, lineage=lineage, name=name
                         )
                         spec = self._replicas.prepare(conn, spec_table, columns, spec, name=name)
-                        result = self._run_job(spec)
+                        raised.update(self._replicas.refused)
+                        if spec.destinations:
+                            result = self._run_job(spec)
                     else:
                         self.log.info(
                             "baseline %s: no lake or PostgreSQL destination in this run, no Spark job", key
                         )
-                        result = BaselineResult(ok=True)
-                    if result.ok:  # in the snapshot still: the custom destinations read it here
-                        result = load_custom(
+                    # in the snapshot still: the custom destinations read it here, unless the job
+                    # failed as a whole (e.g. its session or the snapshot: they would fail alike)
+                    if not result.failed_as_a_whole:
+                        result, custom = load_custom(
                             self.destinations,
                             conn,
                             spec_table,
@@ -222,18 +241,25 @@ class PgBaselineOperator(BaseOperator):
                             spark_ran=spark,
                             name=name,
                         )
+                        raised.update(custom)
                 finishing = time.monotonic()
-                self._replicas.finish(name, result)
+                raised.update(self._replicas.finish(name, result))
                 finish_seconds = time.monotonic() - finishing
             except Exception as exc:
                 self._replicas.discard()
                 self._fail(store, key, names, lineage, exc)
                 raise
-            if not result.ok:
+            if result.failed_as_a_whole:
                 failure = f"baseline of {key} failed in Spark: {result.error}"
                 error = BaselineError(failure + tls_note(failure, self._conn_ids()))
                 self._fail(store, key, names, lineage, error)
                 raise error
+            errors = self._errors(key, names, result, raised)
+            succeeded = [n for n in names if n not in errors]
+            if not succeeded:  # as when the job fails: every destination Errored, the task retryable
+                self._log_outcomes(key, result, errors, snapshot.baseline_lsn)
+                self._fail_each(store, key, lineage, errors)
+                raise _every_one_failed(key, errors)
             done = SyncDone(
                 snapshot.snapshot,
                 snapshot.baseline_lsn,
@@ -242,6 +268,10 @@ class PgBaselineOperator(BaseOperator):
                 snapshot.xip,
                 lineage=lineage,
             )
+            errored = {
+                n: Errored(reason=_reason(exc), solution=_rebaseline_alone(key, n), retry="manual")
+                for n, exc in errors.items()
+            }
 
             def finish(state: PipelineState) -> PipelineState:
                 version = moves.copied_version(state.table(key), columns)
@@ -249,9 +279,13 @@ class PgBaselineOperator(BaseOperator):
                 # yet: a change of them before capture first sees the table then starts a new
                 # schema version, which apply checks against this copy
                 state = state.with_first_columns(key, columns)
-                return moves.finished(state, key, names, dataclasses.replace(done, schema_version=version))
+                copied = dataclasses.replace(done, schema_version=version)
+                return moves.concluded(state, key, succeeded, copied, errored)
 
             update_state(store, self.pipeline, finish)
+        self._log_outcomes(key, result, errors, snapshot.baseline_lsn)
+        if errored:
+            raise _partly_failed(key, succeeded, errored, snapshot.baseline_lsn)
         self.log.info(
             "baseline %s: %s rows written, SyncDone at %s in %s (Ready once apply passes it)",
             key,
@@ -273,6 +307,40 @@ class PgBaselineOperator(BaseOperator):
             "written": list(result.written),
             "lineage": lineage,
         }
+
+    def _errors(
+        self, key: str, names: list[str], result: BaselineResult, raised: Mapping[str, BaseException]
+    ) -> dict[str, BaseException]:
+        """Per destination of ``names`` whose part failed, its error: what was raised here (its
+        staging table, its swap, a custom destination's load), or the job's report of it."""
+        errors: dict[str, BaseException] = {}
+        for name in names:
+            reported = result.error_of(name)
+            if name in raised:
+                errors[name] = raised[name]
+            elif reported is not None:
+                failure = f"baseline of {key} failed in Spark: {reported}"
+                errors[name] = BaselineError(failure + tls_note(failure, self._conn_ids()))
+        return errors
+
+    def _log_outcomes(
+        self, key: str, result: BaselineResult, errors: Mapping[str, BaseException], lsn: LSN
+    ) -> None:
+        """One line per destination: what it holds now, or why it failed."""
+        rows = {w.get("destination"): w.get("rows") for w in result.written}
+        for config in self.destinations:
+            name = destination_name(config)
+            if name in errors:
+                self.log.error("baseline %s: destination %s failed: %s", key, name, _reason(errors[name]))
+            else:
+                count = rows.get(name)
+                self.log.info(
+                    "baseline %s: destination %s baselined%s, SyncDone at %s",
+                    key,
+                    name,
+                    f" ({count:,} rows)" if isinstance(count, int) else "",
+                    lsn,
+                )
 
     def _note_generated(self, conn: Any, table: PublishedTable) -> None:
         """Say which generated columns each kind of destination leaves out or computes."""
@@ -492,19 +560,70 @@ class PgBaselineOperator(BaseOperator):
         """Each destination of this baseline Errored with the cause (a destination moved on
         meanwhile keeps its phase); when the state store cannot be reached, apply records it
         later (the baseline's lock is gone then)."""
-        reason = str(exc) if isinstance(exc, PgSyncError) else f"{type(exc).__name__}: {exc}"
-        errored = Errored(
-            reason=reason[:2000],
-            solution=(
-                "fix the cause named in the reason, then rebaseline the table "
-                "(for a failure inside Spark the task log has Spark's output)"
-            ),
-            retry="manual",
+        self._fail_each(store, key, lineage, dict.fromkeys(names, exc))
+
+    def _fail_each(
+        self, store: StateStore, key: str, lineage: str, errors: Mapping[str, BaseException]
+    ) -> None:
+        """Each destination of ``errors`` Errored with its own cause, in one state update (as
+        ``_fail``)."""
+        solution = (
+            "fix the cause named in the reason, then rebaseline the table "
+            "(for a failure inside Spark the task log has Spark's output)"
         )
+
+        def fail(state: PipelineState) -> PipelineState:
+            for name, exc in errors.items():
+                errored = Errored(reason=_reason(exc), solution=solution, retry="manual")
+                state = moves.failed(state, key, [name], lineage, errored)
+            return state
+
         try:
-            update_state(store, self.pipeline, lambda s: moves.failed(s, key, names, lineage, errored))
+            update_state(store, self.pipeline, fail)
         except Exception as state_error:
             self.log.error("baseline %s: could not record Errored: %s", key, state_error)
+
+
+def _reason(exc: BaseException) -> str:
+    """An Errored destination's reason: the error's message (with its class when not ours)."""
+    reason = str(exc) if isinstance(exc, PgSyncError) else f"{type(exc).__name__}: {exc}"
+    return reason[:2000]
+
+
+def _rebaseline_alone(key: str, name: str) -> str:
+    """The remedy of a destination whose part of a baseline failed while others succeeded."""
+    return (
+        f"fix what the reason says, then rebaseline table {key} in destination {name} alone: trigger "
+        f"the pipeline's baseline DAG with tables [{key}], destinations [{name}] and mode rebaseline "
+        "(or run PgBaselineOperator with rebaseline=True and that destination only); the other "
+        "destinations keep streaming"
+    )
+
+
+def _partly_failed(
+    key: str, succeeded: Sequence[str], errored: Mapping[str, Errored], lsn: LSN
+) -> BaselinePartlyFailedError:
+    """The task's error when some destinations failed: each with its reason and remedy."""
+    return BaselinePartlyFailedError(
+        f"baseline of table {key} failed in {len(errored)} of {len(errored) + len(succeeded)} "
+        f"destinations (now Errored); {', '.join(succeeded)} baselined (SyncDone at {lsn}, Ready "
+        "once apply passes it): do not retry this task, which would baseline those again:\n"
+        + "\n".join(
+            f"  - destination {name}: {phase.reason}; remedy: {phase.solution}"
+            for name, phase in errored.items()
+        )
+    )
+
+
+def _every_one_failed(key: str, errors: Mapping[str, BaseException]) -> BaseException:
+    """The task's error when every destination failed: the error itself for one (as when the
+    job fails), else one naming each."""
+    if len(errors) == 1:
+        return next(iter(errors.values()))
+    return BaselineError(
+        f"baseline of table {key} failed in every destination:\n"
+        + "\n".join(f"  - destination {name}: {_reason(exc)}" for name, exc in errors.items())
+    )
 
 
 def _lake(config: Mapping[str, Any]) -> LakeDestination:

@@ -4,6 +4,11 @@ PostgreSQL replicas get a staging table before the Spark job, which its tasks fi
 ``COPY`` (``baseline/pg_copy.py``), swapped in after the job or dropped on failure
 (``destinations/postgres_baseline.py``). Custom destinations get the table's rows read here,
 on the Airflow worker, in the snapshot's own transaction, through ``load_baseline``.
+
+Each destination's part succeeds or fails on its own (a baseline; a backfill is all or
+nothing): a replica whose staging table cannot be made, whose copy failed or whose swap
+fails, a custom destination whose load fails, is reported by name with its error, and
+leaves nothing behind in it (its staging table dropped); the others go on.
 """
 
 from __future__ import annotations
@@ -17,11 +22,17 @@ from typing import Any
 
 import pyarrow as pa
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import TransactionStatus
 
 from airflow_provider_pgsync.baseline.passfile import PassEntry
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
-from airflow_provider_pgsync.destinations.configs import custom_class, destination_kind, open_custom
+from airflow_provider_pgsync.destinations.configs import (
+    custom_class,
+    destination_kind,
+    destination_name,
+    open_custom,
+)
 from airflow_provider_pgsync.destinations.pg_typedefs import SourceCatalog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.baseline_rows import text_batches
@@ -35,7 +46,8 @@ from airflow_provider_pgsync.typemap.spark import ColumnRead
 
 @dataclass
 class _Replica:
-    """A PostgreSQL destination's part of a baseline run: its staging table, whether it is in."""
+    """A PostgreSQL destination's part of a baseline run: its staging table, whether it is in
+    (``finished``) or dropped."""
 
     config: dict[str, Any]
     name: str
@@ -43,16 +55,22 @@ class _Replica:
     columns: list[ColumnInfo]
     lineage: str
     finished: bool = False
+    dropped: bool = False
 
 
 class ReplicaBaselines:
     """The PostgreSQL destinations among ``configs``: prepared, swapped in or discarded."""
+
+    isolated = True
+    """A destination whose staging table cannot be made is left out (``refused``), not raised."""
 
     def __init__(self, configs: Sequence[Mapping[str, Any]], log: logging.Logger | Any) -> None:
         self.configs = [dict(c) for c in configs if destination_kind(c) == "postgres"]
         self.log = log
         self._replicas: list[_Replica] = []
         self._passwords: list[PassEntry] = []  # of the destinations with one
+        self.refused: dict[str, BaseException] = {}
+        """Per destination left out of the job by ``prepare``, why."""
 
     def prepare(
         self,
@@ -65,40 +83,27 @@ class ReplicaBaselines:
     ) -> BaselineJobSpec:
         """Create each destination's staging table; ``spec`` with their entries (the Spark job
         copies into them) and the table's query of its columns as they are. ``table`` is read
-        under its name in the source; the destinations' table is named ``name`` (default: the same)."""
+        under its name in the source; the destinations' table is named ``name`` (default: the same).
+        A destination that refuses its staging table (e.g. a type it has with another definition,
+        or it cannot be reached) is left out and named in ``refused``, when ``isolated``."""
         if not self.configs:
             return spec
         entries = []
         for config in self.configs:
-            # the staging table gets the source's types and generated columns, read in the snapshot
-            destination = PostgresDestination.from_config(config, source=SourceCatalog(conn=conn))
             try:
-                staging = self._staging(destination, name or table.table, columns, spec)
-                parts = destination.baseline_parts
-            finally:
-                destination.close()
-            self._replicas.append(_Replica(config, destination.name, staging, columns, spec.lineage))
-            hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
-            conninfo = hook.libpq_target()
-            if hook.connection.password:
-                self._passwords.append(pass_entry(conninfo, hook.connection.password))
-            self.log.info(
-                "%s %s: staging table %s in destination %s",
-                self.what,
-                table.table,
-                staging,
-                destination.name,
-            )
-            entries.append(
-                {
-                    "kind": "postgres",
-                    "name": destination.name,
-                    "conninfo": conninfo,  # no password: the job's password file has it
-                    "staging": staging,
-                    "parts": parts,
-                    "columns": [c.name for c in columns],
-                }
-            )
+                entries.append(self._prepare(conn, config, table, columns, spec, name))
+            except Exception as exc:
+                if not self.isolated or conn.info.transaction_status == TransactionStatus.INERROR:
+                    raise  # a backfill is all or nothing; the snapshot's transaction failed: all fail
+                self.refused[destination_name(config)] = exc  # the operator logs why
+                self.log.warning(
+                    "%s %s: destination %s left out of the Spark job: its staging table could not be made",
+                    self.what,
+                    table.table,
+                    destination_name(config),
+                )
+        if not entries:
+            return spec
         as_they_are = [ColumnRead(c.name, "{col}", "native", "string") for c in columns]
         return dataclasses.replace(
             spec,
@@ -109,6 +114,46 @@ class ReplicaBaselines:
     condition: Condition | None = None
     """The rows the job copies (None: every row; a backfill's filter)."""
     what = "baseline"
+
+    def _prepare(
+        self,
+        conn: Any,
+        config: dict[str, Any],
+        table: PublishedTable,
+        columns: list[ColumnInfo],
+        spec: BaselineJobSpec,
+        name: TableRef | None,
+    ) -> dict[str, Any]:
+        """One destination's staging table, made (the last step: a failure before it leaves
+        nothing to drop); its entry in the job's spec."""
+        hook = PgReplicationHook(postgres_conn_id=str(config["conn_id"]))
+        conninfo = hook.libpq_target()
+        password = hook.connection.password
+        # the staging table gets the source's types and generated columns, read in the snapshot
+        destination = PostgresDestination.from_config(config, source=SourceCatalog(conn=conn))
+        try:
+            staging = self._staging(destination, name or table.table, columns, spec)
+            parts = destination.baseline_parts
+        finally:
+            destination.close()
+        self._replicas.append(_Replica(config, destination.name, staging, columns, spec.lineage))
+        if password:
+            self._passwords.append(pass_entry(conninfo, password))
+        self.log.info(
+            "%s %s: staging table %s in destination %s",
+            self.what,
+            table.table,
+            staging,
+            destination.name,
+        )
+        return {
+            "kind": "postgres",
+            "name": destination.name,
+            "conninfo": conninfo,  # no password: the job's password file has it
+            "staging": staging,
+            "parts": parts,
+            "columns": [c.name for c in columns],
+        }
 
     def _staging(
         self,
@@ -124,35 +169,50 @@ class ReplicaBaselines:
         """The password-file entries of the prepared destinations that have a password."""
         return list(self._passwords)
 
-    def finish(self, table: TableRef, result: BaselineResult) -> None:
-        """Swap each staging table in (a failed job: drop them)."""
-        if not result.ok:
+    def finish(self, table: TableRef, result: BaselineResult) -> dict[str, BaseException]:
+        """Swap each staging table in, one by one; drop those of the destinations whose copy
+        failed (all of them when the job failed as a whole). Per destination whose swap (key,
+        analyze, swap) failed, why: its staging table is dropped, its table left as it was."""
+        if result.failed_as_a_whole:
             self.discard()
-            return
+            return {}
+        refused: dict[str, BaseException] = {}
         for replica in self._replicas:
-            destination = PostgresDestination.from_config(replica.config)
-            try:
-                destination.finish_baseline(table, replica.staging, replica.lineage, replica.columns)
-            finally:
-                destination.close()
-            replica.finished = True
-            self.log.info("baseline %s: swapped into destination %s", table, replica.name)
-
-    def discard(self) -> None:
-        """Drop the staging tables not swapped in (after a failure; never raises)."""
-        for replica in self._replicas:
-            if replica.finished:
+            if result.error_of(replica.name) is not None:
+                self._discard(replica)
                 continue
             try:
                 destination = PostgresDestination.from_config(replica.config)
                 try:
-                    self._drop(destination, replica.staging)
+                    destination.finish_baseline(table, replica.staging, replica.lineage, replica.columns)
                 finally:
                     destination.close()
-            except Exception as exc:
-                self.log.warning(
-                    "could not drop staging table %s of %s: %s", replica.staging, replica.name, exc
-                )
+            except Exception as exc:  # this destination's (the operator logs it): the others go on
+                refused[replica.name] = exc
+                self._discard(replica)
+                continue
+            replica.finished = True
+            self.log.info("baseline %s: swapped into destination %s", table, replica.name)
+        return refused
+
+    def discard(self) -> None:
+        """Drop the staging tables not swapped in (after a failure; never raises)."""
+        for replica in self._replicas:
+            self._discard(replica)
+
+    def _discard(self, replica: _Replica) -> None:
+        if replica.finished or replica.dropped:
+            return
+        try:
+            destination = PostgresDestination.from_config(replica.config)
+            try:
+                self._drop(destination, replica.staging)
+            finally:
+                destination.close()
+        except Exception as exc:
+            self.log.warning("could not drop staging table %s of %s: %s", replica.staging, replica.name, exc)
+        else:
+            replica.dropped = True
 
     def _drop(self, destination: PostgresDestination, staging: str) -> None:
         destination.discard_baseline(staging)
@@ -189,37 +249,60 @@ def load_custom(
     *,
     spark_ran: bool,
     name: TableRef | None = None,
-) -> BaselineResult:
+) -> tuple[BaselineResult, dict[str, BaseException]]:
     """Each custom destination's baseline through ``load_baseline``: the table's rows read in the
     snapshot's transaction ``conn`` (as PostgreSQL text, like capture's changes), one pass per
-    destination; ``result`` with their rows and entries. A destination that fails raises: the
-    whole baseline fails. ``table`` is read under its name in the source; the destinations are
-    given ``name`` (default: the same)."""
+    destination; ``result`` with their rows and entries, and per destination whose load failed,
+    why (the others are loaded: each reads under a savepoint, so a failed read leaves the
+    snapshot's transaction usable). ``table`` is read under its name in the source; the
+    destinations are given ``name`` (default: the same)."""
     target = name or table.table
     written = list(result.written)
     rows = result.rows
+    failed: dict[str, BaseException] = {}
     for config in configs:
         if destination_kind(config) != "custom":
             continue
-        destination = open_custom(config)
         started = time.monotonic()
-        batches = text_batches(conn, table, columns)
         try:
-            destination.open_table(target, columns, 0)
-            count = destination.load_baseline(target, columns, batches, lineage)
-        finally:
-            batches.close()  # a COPY left part way is cancelled: the snapshot can be released
-            destination.close()
+            with conn.transaction():  # a savepoint in the snapshot's transaction
+                count, loaded = _load_custom(config, conn, table, target, columns, lineage)
+        except Exception as exc:  # this destination's (the operator logs it): the next ones load
+            failed[destination_name(config)] = exc
+            continue
         log.info(
             "baseline %s: %s rows loaded into destination %s in %.1f s",
             target,
             f"{count:,}",
-            destination.name,
+            loaded,
             time.monotonic() - started,
         )
-        written.append({"kind": "custom", "destination": destination.name, "rows": count})
+        written.append({"kind": "custom", "destination": loaded, "rows": count})
         rows = rows if spark_ran else count
-    return dataclasses.replace(result, rows=rows, written=tuple(written))
+    result = dataclasses.replace(result, rows=rows, written=tuple(written))
+    for destination, error in failed.items():
+        result = result.with_failure(destination, f"{type(error).__name__}: {error}")
+    return result, failed
+
+
+def _load_custom(
+    config: Mapping[str, Any],
+    conn: Any,
+    table: PublishedTable,
+    target: TableRef,
+    columns: list[ColumnInfo],
+    lineage: str,
+) -> tuple[int, str]:
+    """One custom destination's ``load_baseline``; the rows it took and its name."""
+    destination = open_custom(config)
+    batches = text_batches(conn, table, columns)
+    try:
+        destination.open_table(target, columns, 0)
+        count = destination.load_baseline(target, columns, batches, lineage)
+    finally:
+        batches.close()  # a COPY left part way is cancelled: the snapshot can be released
+        destination.close()
+    return count, destination.name
 
 
 class ReplicaBackfills(ReplicaBaselines):
@@ -228,6 +311,7 @@ class ReplicaBackfills(ReplicaBaselines):
     matching ``condition``, then left for apply (``staged``); dropped when the backfill fails."""
 
     what = "backfill"
+    isolated = False  # a backfill is all or nothing
 
     def __init__(
         self,
@@ -257,10 +341,11 @@ class ReplicaBackfills(ReplicaBaselines):
         """Each destination's staging table, by destination name."""
         return {r.name: r.staging for r in self._replicas}
 
-    def finish(self, table: TableRef, result: BaselineResult) -> None:
+    def finish(self, table: TableRef, result: BaselineResult) -> dict[str, BaseException]:
         """Nothing to swap: apply merges the staged rows (a failed job: drop them)."""
         if not result.ok:
             self.discard()
+        return {}
 
     def _drop(self, destination: PostgresDestination, staging: str) -> None:
         destination.discard_backfill(staging)

@@ -14,6 +14,7 @@ from airflow_provider_pgsync.hooks.connections import check_connections, source_
 from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.sessions import timeout_ms
 from airflow_provider_pgsync.state.store import StateStore
 
@@ -68,7 +69,7 @@ class PgCaptureOperator(BaseOperator):
         peek_statement_timeout: float | timedelta | None = 0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         if state_backend not in STATE_BACKENDS:
             raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
         self.pipeline = pipeline

@@ -16,6 +16,7 @@ from airflow_provider_pgsync.hooks.connections import check_connections, source_
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.followed import pipeline_name
 
@@ -53,7 +54,7 @@ class PgCompactOperator(BaseOperator):
         state_schema: str = "pgsync",
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.pipeline = pipeline
         self.postgres_conn_id = postgres_conn_id
         self.state_backend = state_backend
@@ -128,6 +129,8 @@ class PgCompactOperator(BaseOperator):
 
 def _summary(result: Mapping[str, Any]) -> str:
     """What a table's compaction did, for the task's log."""
+    if "yielded" in result:
+        return f"yielded to another writer of the table, nothing published ({result['yielded']})"
     if not result["segments"]:
         return "no new segment, nothing to fold"
     text = f"{result['segments']} segment(s) folded, {result['rows']:,} rows in {result['location']}"

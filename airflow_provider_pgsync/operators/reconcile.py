@@ -20,6 +20,7 @@ from airflow_provider_pgsync.hooks.reconcile_pg import open_source_snapshot
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.operators.reconcile_sides import Run, error_result, reconcile_postgres
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.reconcile.result import ReconcileResult, TableResult
 from airflow_provider_pgsync.state.model import table_key
 
@@ -70,7 +71,7 @@ class PgReconcileOperator(BaseOperator):
         spark_submit_options: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         if state_backend not in STATE_BACKENDS:
             raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
         if not destinations:

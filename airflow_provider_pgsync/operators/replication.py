@@ -16,6 +16,7 @@ from airflow_provider_pgsync.hooks.connections import NeededConnection, check_co
 from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.publication import PublishedTable, published_tables
 
@@ -24,7 +25,7 @@ class _SourceOperator(BaseOperator):
     """Common arguments: the Airflow connection of the source database."""
 
     def __init__(self, *, postgres_conn_id: str = "postgres_default", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.postgres_conn_id = postgres_conn_id
 
     @property

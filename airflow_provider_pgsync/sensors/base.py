@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_pgsync import errors
 from airflow_provider_pgsync.errors import PgSyncError
+from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.triggers.base import PollingTrigger
 from airflow_provider_pgsync.triggers.checks import Payload
 
@@ -52,7 +53,7 @@ class PgSyncSensor(BaseSensorOperator):
     """
 
     def __init__(self, *, deferrable: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_retry_policy(kwargs))
         self.deferrable = deferrable
 
     @abstractmethod

@@ -8,7 +8,8 @@ Run by ``PgBaselineOperator`` through spark-submit::
 No password reaches the job by value: the spec names a password file (``spec.passfile``,
 ``baseline/passfile.py``) that libpq and the JDBC driver read where each connection is made;
 the tasks (``spark/baseline_tasks.py``) carry its name, never a password. The result file
-tells the operator what was written or, on failure, why.
+tells the operator, per destination, what was written or why it failed (each destination's
+part succeeds or fails on its own), or why the job failed as a whole.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,7 +30,7 @@ from pyspark.sql.types import DataType, StructType
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
 from airflow_provider_pgsync.baseline.passfile import JDBC_PASSFILE_PROPERTY
 from airflow_provider_pgsync.baseline.pg_copy import Sink, partition_sql, staged_rows
-from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, summary
 from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile, PostgresCopy, with_passfile
@@ -101,49 +103,53 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         copy_started = time.monotonic()
         try:
             copied = _copy(spark, spec, predicates, writers, locations, fast)
-            written, catalog_seconds, cleanup_seconds = copied
-        except Exception as exc:
-            summary = summarise(exc)
-            log.error("%s: baseline failed: %s", spec.table, summary)
+        except Exception as exc:  # not one destination's: the job as a whole failed
+            error = summarise(exc)
+            log.error("%s: baseline failed: %s", spec.table, error)
             return BaselineResult(
-                ok=False, partitions=len(predicates), session_seconds=session_seconds, error=summary
+                ok=False, partitions=len(predicates), session_seconds=session_seconds, error=error
             )
-        copy_seconds = time.monotonic() - copy_started - cleanup_seconds  # to the base swapped in
+        written, catalog_seconds = copied.written, copied.catalog_seconds
+        copy_seconds = time.monotonic() - copy_started - copied.cleanup_seconds  # to the base swapped in
         rows = written[0]["rows"] if written else 0
         write_seconds = copy_seconds - catalog_seconds
         lake_written = [w for w in written if w["kind"] == "lake"]
         pg_written = [w for w in written if w["kind"] == "postgres"]
-        log.info(
-            "%s: %s rows read and written in %.1f s (%s rows/s), %s",
-            spec.table,
-            f"{rows:,}",
-            write_seconds,
-            f"{rows / max(write_seconds, 1e-9):,.0f}",
-            "; ".join(
-                (
-                    [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
-                    if spec.stage_as and lake_written
-                    else []
-                )
-                + (
-                    [
-                        f"swapped into {', '.join(w['table'] for w in lake_written)} in "
-                        f"{catalog_seconds:.1f} s (older versions removed in {cleanup_seconds:.1f} s more)"
-                    ]
-                    if lake_written and not spec.stage_as
-                    else []
-                )
-                + [f"copied into {w['staging']} of {w['destination']}" for w in pg_written]
-            ),
-        )
+        if written:
+            log.info(
+                "%s: %s rows read and written in %.1f s (%s rows/s), %s",
+                spec.table,
+                f"{rows:,}",
+                write_seconds,
+                f"{rows / max(write_seconds, 1e-9):,.0f}",
+                "; ".join(
+                    (
+                        [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
+                        if spec.stage_as and lake_written
+                        else []
+                    )
+                    + (
+                        [
+                            f"swapped into {', '.join(w['table'] for w in lake_written)} in "
+                            f"{catalog_seconds:.1f} s (older versions removed in "
+                            f"{copied.cleanup_seconds:.1f} s more)"
+                        ]
+                        if lake_written and not spec.stage_as
+                        else []
+                    )
+                    + [f"copied into {w['staging']} of {w['destination']}" for w in pg_written]
+                ),
+            )
         return BaselineResult(
-            ok=True,
+            ok=not copied.failed,
             rows=rows,
             partitions=len(predicates),
             session_seconds=session_seconds,
             copy_seconds=copy_seconds,
             catalog_seconds=catalog_seconds,
             written=tuple(written),
+            error=summary(copied.failed) if copied.failed else "",
+            failed=copied.failed,
         )
     finally:
         spark.stop()
@@ -176,6 +182,17 @@ def _locations(spec: BaselineJobSpec, writers: list[LakeBaseWriter]) -> list[str
     return locations
 
 
+@dataclass
+class Copied:
+    """What ``_copy`` did: an entry per destination written (with its ``destination`` name),
+    the error of each destination that failed, the lakes' swap seconds and their clean-up's."""
+
+    written: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    catalog_seconds: float = 0.0
+    cleanup_seconds: float = 0.0
+
+
 def _copy(
     spark: SparkSession,
     spec: BaselineJobSpec,
@@ -183,10 +200,12 @@ def _copy(
     writers: list[LakeBaseWriter],
     locations: list[str],
     fast: bool,
-) -> tuple[list[dict[str, Any]], float, float]:
-    """Write the base into every destination (at ``locations``), then swap each in (a backfill:
-    only stage its rows); what was written, the swap's seconds and the clean-up's after it
-    (older versions removed, the metastore released)."""
+) -> Copied:
+    """Write the base into every destination (at ``locations``), then swap each lake's in (a
+    backfill: only stage its rows). Each destination succeeds or fails on its own: a lake whose
+    write or swap fails, a replica that refuses rows, is recorded in ``failed`` (a lake's version
+    folder removed, a replica's partitions rolled back) while the others go on; an error that is
+    no destination's own raises."""
     replicas = [(i, d) for i, d in enumerate(spec.destinations) if d.get("kind") == "postgres"]
     if writers:
         log.info(
@@ -194,44 +213,105 @@ def _copy(
         )
     if replicas:
         log.info("%s: copying with text COPY into %d PostgreSQL destination(s)", spec.table, len(replicas))
-    schema = base_schema(spec)
     rows = spark.sparkContext.accumulator(0)
     counter = (lambda: int(rows.value)) if fast or (replicas and not writers) else None
+    copied = Copied()
     try:
         with Progress(spark.sparkContext, "pgsync-baseline", spec.table, spec.progress_seconds, rows=counter):
-            if not writers:
-                staged = []
-            elif fast:
-                staged = [
-                    (writer, _copy_files(spark, spec, predicates, writer, location, schema, rows))
-                    for writer, location in zip(writers, locations, strict=True)
-                ]
-            else:
-                df = read_source(spark, spec, predicates)
-                staged = [(w, w.stage(df, location)) for w, location in zip(writers, locations, strict=True)]
-            copied = _copy_postgres(spark, spec, predicates, replicas, rows) if replicas else []
+            staged = _stage_lakes(spark, spec, predicates, writers, locations, fast, rows, copied.failed)
+            if replicas:
+                copied.written += _copy_postgres(spark, spec, predicates, replicas, rows, copied.failed)
     except Exception:
-        # before the lakes' swap: a failed copy leaves every destination as it was (no half
-        # written base, nor what the catalog's early start made for a first baseline)
+        # before the lakes' swap: no half written base stays, nor what the catalog's early start
+        # made for a first baseline
         for writer, location in zip(writers, locations, strict=True):
-            try:
-                writer.discard(location)
-            except Exception as exc:  # the copy's own error is the one to report
-                log.warning("%s: could not remove %s after the failed copy: %s", spec.table, location, exc)
+            _discard(spec, writer, location)
         raise
     if spec.stage_as:
-        return [_staged_for_apply(writer, base) for writer, base in staged] + copied, 0.0, 0.0
+        copied.written[:0] = [_staged_for_apply(writer, base) for writer, base in staged]
+        return copied
+    lakes: list[dict[str, Any]] = []
     published = time.monotonic()
-    written, swapped, cleanup = [], 0.0, 0.0
     for writer, base in staged:
-        with writer.catalog():
-            written.append(writer.publish(base))
-            swapped_at = time.monotonic()  # the base is durable and visible: what follows is clean-up
-            swapped += swapped_at - published
-            writer.clean_up()
+        name = lake_name(writer.destination)
+        publishing = False
+        try:
+            with writer.catalog():
+                publishing = True
+                entry = writer.publish(base)
+                swapped_at = time.monotonic()  # the base is durable and visible: what follows is clean-up
+                copied.catalog_seconds += swapped_at - published
+                _clean_up(spec, writer)
+        except Exception as exc:  # this lake's swap: the others go on
+            _failed(spec, copied.failed, name, exc)
+            if not publishing:  # nothing of it published (a swap part way may point at it: kept)
+                _discard(spec, writer, base.location)
+            published = time.monotonic()
+            continue
+        lakes.append({**entry, "destination": name})
         published = time.monotonic()
-        cleanup += published - swapped_at
-    return written + copied, swapped, cleanup
+        copied.cleanup_seconds += published - swapped_at
+    copied.written[:0] = lakes
+    return copied
+
+
+def _stage_lakes(
+    spark: SparkSession,
+    spec: BaselineJobSpec,
+    predicates: list[str],
+    writers: list[LakeBaseWriter],
+    locations: list[str],
+    fast: bool,
+    rows: Any,
+    failed: dict[str, str],
+) -> list[tuple[LakeBaseWriter, StagedBase]]:
+    """Each lake's base written at its location, not yet visible; a lake whose write fails is
+    recorded in ``failed`` and its location removed."""
+    if not writers:
+        return []
+    schema = base_schema(spec)
+    if not fast:
+        try:
+            df = read_source(spark, spec, predicates)
+        except Exception as exc:  # the lakes' read of the source (Spark resolves its columns)
+            for writer, location in zip(writers, locations, strict=True):
+                _failed(spec, failed, lake_name(writer.destination), exc)
+                _discard(spec, writer, location)
+            return []
+    staged = []
+    for writer, location in zip(writers, locations, strict=True):
+        try:
+            if fast:
+                base = _copy_files(spark, spec, predicates, writer, location, schema, rows)
+            else:
+                base = writer.stage(df, location)
+        except Exception as exc:  # e.g. a value the lake cannot hold: this lake only
+            _failed(spec, failed, lake_name(writer.destination), exc)
+            _discard(spec, writer, location)
+            continue
+        staged.append((writer, base))
+    return staged
+
+
+def _failed(spec: BaselineJobSpec, failed: dict[str, str], destination: str, exc: BaseException) -> None:
+    failed[destination] = summarise(exc)
+    log.error("%s: destination %s failed: %s", spec.table, destination, failed[destination])
+
+
+def _discard(spec: BaselineJobSpec, writer: LakeBaseWriter, location: str) -> None:
+    """Remove a lake's version folder that will not become its base (never raises)."""
+    try:
+        writer.discard(location)
+    except Exception as exc:  # the copy's own error is the one to report
+        log.warning("%s: could not remove %s after the failed copy: %s", spec.table, location, exc)
+
+
+def _clean_up(spec: BaselineJobSpec, writer: LakeBaseWriter) -> None:
+    """After a lake's swap: remove what no view reads any more (a failure leaves it for the next)."""
+    try:
+        writer.clean_up()
+    except Exception as exc:  # the new base is in: the next swap removes what is left
+        log.warning("%s: older versions of %s not removed: %s", spec.table, writer.name, summarise(exc))
 
 
 def _copy_postgres(
@@ -240,18 +320,38 @@ def _copy_postgres(
     predicates: list[str],
     replicas: list[tuple[int, dict[str, Any]]],
     rows: Any,
+    failed: dict[str, str],
 ) -> list[dict[str, Any]]:
     """The PostgreSQL destinations: one Spark task per partition streams its ctid range from the
     source's text ``COPY`` into every destination's staging table (``baseline/pg_copy.py``;
-    exactly once even when Spark retries a task). Their finish is the operator's."""
+    exactly once even when Spark retries a task); what each holds. A destination that failed
+    in some partition is recorded in ``failed`` (the others took every row); a partition that
+    could not be read fails them all. Their finish is the operator's."""
     task = postgres_task(spec, replicas, rows)
     names = [r.name for r in spec.columns]
     work = [(i, partition_sql(spec.pg_query, names, p)) for i, p in enumerate(predicates)]
-    spark.sparkContext.parallelize(work, len(work)).map(task).collect()
-    return [
-        {"kind": "postgres", "destination": s.name, "staging": s.staging, "rows": staged_rows(s, len(work))}
-        for s in with_passfile(task.sinks, task.passfile)
-    ]
+    try:
+        copies = spark.sparkContext.parallelize(work, len(work)).map(task).collect()
+    except Exception as exc:  # the source's side of a partition: no destination has it
+        for sink in task.sinks:
+            _failed(spec, failed, sink.name, exc)
+        return []
+    for copy in copies:
+        for name, error in copy.failed.items():
+            if name not in failed:
+                failed[name] = error
+                log.error("%s: destination %s failed: %s", spec.table, name, error)
+    written = []
+    for sink in with_passfile(task.sinks, task.passfile):
+        if sink.name in failed:
+            continue
+        try:
+            count = staged_rows(sink, len(work))
+        except Exception as exc:
+            _failed(spec, failed, sink.name, exc)
+            continue
+        written.append({"kind": "postgres", "destination": sink.name, "staging": sink.staging, "rows": count})
+    return written
 
 
 def passfile(spec: BaselineJobSpec) -> Passfile:
@@ -327,7 +427,7 @@ def _copy_files(
         for i, p in enumerate(predicates)
     ]
 
-    # should a task fail, ``_copy`` discards the location: nothing half-written stays behind
+    # should a task fail, ``_stage_lakes`` discards the location: nothing half-written stays behind
     total = sum(spark.sparkContext.parallelize(work, len(work)).map(task).collect())
     return writer.stage_files(location, total, schema)
 

@@ -16,7 +16,7 @@ from typing import Any
 from psycopg.conninfo import make_conninfo
 
 from airflow_provider_pgsync.baseline.passfile import private_passfile
-from airflow_provider_pgsync.baseline.pg_copy import Sink
+from airflow_provider_pgsync.baseline.pg_copy import PartitionCopy, Sink
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 
 
@@ -78,8 +78,9 @@ class ArrowCopy:
 @dataclass(frozen=True)
 class PostgresCopy:
     """The PostgreSQL destinations' task: one ctid range of the source into every destination's
-    staging table (``baseline/pg_copy.py``); called with ``(partition, SELECT)``. ``sinks`` hold
-    conninfos without passwords."""
+    staging table (``baseline/pg_copy.py``); called with ``(partition, SELECT)``, returns what it
+    copied and which destinations failed (the task itself fails only when the source does).
+    ``sinks`` hold conninfos without passwords."""
 
     conninfo: str
     passfile: Passfile
@@ -87,18 +88,18 @@ class PostgresCopy:
     sinks: tuple[Sink, ...]
     rows: Any
 
-    def __call__(self, item: tuple[int, str]) -> int:
+    def __call__(self, item: tuple[int, str]) -> PartitionCopy:
         from airflow_provider_pgsync.baseline.pg_copy import copy_partition
 
-        count = copy_partition(
+        copied = copy_partition(
             self.passfile.conninfo(self.conninfo),
             self.session,
             item[1],
             with_passfile(self.sinks, self.passfile),
             item[0],
         )
-        self.rows.add(count)
-        return count
+        self.rows.add(copied.rows)
+        return copied
 
 
 def with_passfile(sinks: Sequence[Sink], passfile: Passfile) -> list[Sink]:

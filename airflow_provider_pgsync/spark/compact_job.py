@@ -9,7 +9,9 @@ version, which is swapped in with its watermark in one view replacement (``spark
 A keyed table's base is laid out by key hash and only the buckets with changes are rewritten
 (``spark/lake_buckets.py``); a table without a key is merged by the view's own SQL. A table
 with no new segment is left as it is, so a second run in a row changes nothing. Segments
-folded into the previous base are removed once no view reads them.
+folded into the previous base are removed once no view reads them. A table rebaselined (or
+compacted by another job) while it was merged is left to that writer: the publish refuses a
+merge of a generation that is no longer current, and the merge is discarded (it "yields").
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     LakeTableMeta,
     merge_sql,
 )
+from airflow_provider_pgsync.errors import PublishConflictError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.bucket_versions import BucketedBase
 from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments, plan
@@ -134,8 +137,13 @@ def compact_table(spark: SparkSession, lake: LakeDestination, table: TableRef) -
         changes, added = _read_changes(spark, files, meta, paths, footers.same_columns)
         staged = writer.stage(_merged_keyless(spark, meta, changes, added, upto))
     merged_at = time.monotonic()
-    with writer.catalog():
-        written = writer.publish(staged, lineage=meta.lineage, watermark=upto, buckets=buckets)
+    try:
+        with writer.catalog():
+            written = writer.publish(staged, compacted=meta, watermark=upto, buckets=buckets)
+    except PublishConflictError as exc:  # rebaselined (or compacted) while it merged: it yields
+        writer.discard(staged.location)
+        log.warning("%s: compaction yields, its merge is discarded: %s", table, exc)
+        return {"table": str(table), "segments": 0, "location": meta.base, "yielded": str(exc)}
     swapped_at = time.monotonic()
     writer.clean_up()
     if meta.watermark is not None:  # the previous view read the segments after it, no view reads these

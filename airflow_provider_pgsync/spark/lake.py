@@ -35,6 +35,7 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     quote,
     view_name,
 )
+from airflow_provider_pgsync.errors import PublishConflictError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.metastore_lock import MetastoreLock
 
@@ -49,6 +50,18 @@ class CatalogView:
     database_exists: bool
     location: str | None
     schema: str | None
+
+
+@dataclass(frozen=True)
+class _Cleanup:
+    """What ``clean_up`` may remove after the publish of ``meta``: base versions but ``kept``
+    (all of them but ``kept`` when ``unpublished``: a baseline's), and segment lineages but
+    ``lineages`` (None: none)."""
+
+    meta: LakeTableMeta
+    kept: set[str | None]
+    lineages: set[str] | None
+    unpublished: bool
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,7 @@ class LakeBaseWriter:
         self._early_changes: str | None = None  # made by warm_up for a first baseline
         self._early_database: str | None = None  # made by warm_up for a new lake's first baseline
         self._alone = False  # warm_up found the embedded metastore this process's alone
-        self._cleanup: tuple[set[str | None], set[str] | None] | None = None
+        self._cleanup: _Cleanup | None = None
 
     def new_location(self, version: str | None = None) -> str:
         """A fresh version folder for the next base, named ``version`` (a baseline's lineage id)
@@ -239,13 +252,40 @@ class LakeBaseWriter:
         self,
         staged: StagedBase,
         *,
-        lineage: str | None = None,
+        compacted: LakeTableMeta | None = None,
         watermark: Key | None = None,
         buckets: int = 0,
     ) -> dict[str, Any]:
-        """Make ``staged`` the table's current base: holding every change up to ``watermark`` of
-        ``lineage`` (a compaction), or a new lineage (a baseline); ``buckets``: its files are
-        laid out by key hash (``LakeTableMeta.buckets``). Returns what was written."""
+        """Make ``staged`` the table's current base: a compaction's merge of generation
+        ``compacted``, holding every change of its lineage up to ``watermark``, or (None) a
+        baseline's, a new lineage over whatever generation is current; ``buckets``: its files are
+        laid out by key hash (``LakeTableMeta.buckets``). Returns what was written.
+
+        The generation is published first, as a compare-and-set (``LakeFiles.publish_generation``):
+        a compaction whose generation is no longer current (rebaselined or compacted meanwhile)
+        gets ``PublishConflictError`` before the catalog is touched; a baseline publishes over
+        whatever another writer published meanwhile. Then the catalog follows it."""
+        for attempt in range(1, 4):
+            before = compacted if compacted is not None else self.files.current(self.table)
+            meta = LakeTableMeta(
+                number=before.number + 1 if before is not None else 1,
+                base=staged.location,
+                lineage=compacted.lineage if compacted is not None else str(_version(staged.location)),
+                watermark=watermark,
+                schema=staged.schema.jsonValue(),
+                # a key that is the whole row identifies nothing more than the row: rows are counted
+                keys=self.keys if len(self.keys) < len(staged.schema.fields) else (),
+                buckets=buckets,
+            )
+            try:
+                self.files.publish_generation(self.table, meta, before)
+                break
+            except PublishConflictError:
+                if compacted is not None or attempt == 3:
+                    raise
+                log.info(
+                    "%s: another writer published meanwhile; the baseline publishes after it", self.table
+                )
         view = self._view or self._read_view()
         self._view = None  # read once per swap
         if not view.database_exists:
@@ -260,24 +300,15 @@ class LakeBaseWriter:
                 self._create(staged.location)
         else:
             self._create(staged.location)
-        before = self.files.current(self.table)
-        meta = LakeTableMeta(
-            number=before.number + 1 if before is not None else 1,
-            base=staged.location,
-            lineage=lineage or str(_version(staged.location)),
-            watermark=watermark,
-            schema=staged.schema.jsonValue(),
-            # a key that is the whole row identifies nothing more than the row: rows are counted
-            keys=self.keys if len(self.keys) < len(staged.schema.fields) else (),
-            buckets=buckets,
-        )
-        self._open_generation(meta, before)
+        self._open_generation(meta)
         self._early_changes = None  # the swap made it the view's
-        rebaselined = before is not None and before.lineage != meta.lineage
-        self._cleanup = (
-            {_version(staged.location), _version(previous)},
-            {meta.lineage, before.lineage} if rebaselined and before is not None else None,
-        )
+        kept = {_version(staged.location), _version(previous), _version(before.base if before else None)}
+        if compacted is not None:  # others' versions may be on their way: only superseded ones go
+            self._cleanup = _Cleanup(meta, kept, lineages=None, unpublished=False)
+        else:  # a baseline: the table's only writer (compactions yield to it)
+            rebaselined = before is not None and before.lineage != meta.lineage
+            lineages = {meta.lineage, before.lineage} if rebaselined and before is not None else None
+            self._cleanup = _Cleanup(meta, kept, lineages=lineages, unpublished=True)
         return {
             "kind": "lake",
             "table": self.name,
@@ -286,9 +317,9 @@ class LakeBaseWriter:
             "rows": staged.rows,
         }
 
-    def _open_generation(self, meta: LakeTableMeta, before: LakeTableMeta | None) -> None:
-        """Publish ``meta``, give its lineage a changes table, then swap the view (what readers see)."""
-        self.files.write_meta(self.table, meta)
+    def _open_generation(self, meta: LakeTableMeta) -> None:
+        """Give the lineage of the published ``meta`` its changes table, then swap the view (what
+        readers see)."""
         if self._ready_lineage != meta.lineage:
             self._changes_table(meta.lineage, meta.schema["fields"])
         query = merge_sql(
@@ -301,18 +332,39 @@ class LakeBaseWriter:
         self.spark.sql(f"CREATE OR REPLACE VIEW {view_name(self.destination, self.table)} AS {query}")
 
     def clean_up(self) -> None:
-        """After a swap: remove base versions and segment lineages that no view reads any more
-        (the previous ones stay for queries still reading them)."""
+        """After a swap: remove the base versions and generations no view reads any more (the
+        previous ones stay for queries still reading them), and after a rebaseline the older
+        lineages' segments. A compaction removes only versions of superseded generations, never a
+        folder it did not publish (a baseline's copy on its way); a baseline also what failed or
+        killed writers left."""
         if self._cleanup is None:
             return
-        versions, lineages = self._cleanup
-        self._cleanup = None
-        if lineages is not None:
-            self._remove_lineages(keep=lineages)
+        plan, self._cleanup = self._cleanup, None
+        if plan.lineages is not None:
+            self._remove_lineages(keep=plan.lineages)
             # rows a backfill staged for the old lineage: the rebaseline dropped that backfill
             fs, staged = self._filesystem(f"{self.destination.table_dir(self.table)}/backfill")
             fs.delete(staged, True)
-        self._remove_versions(keep=versions)
+        superseded = self._remove_generations(plan.meta, plan.kept)
+        if plan.unpublished:
+            self._remove_versions(keep=plan.kept)
+        else:
+            for version in superseded - plan.kept:
+                fs, folder = self._filesystem(f"{self.destination.table_dir(self.table)}/base/{version}")
+                log.info("removing old base version %s", folder.toString())
+                fs.delete(folder, True)
+
+    def _remove_generations(self, meta: LakeTableMeta, kept: set[str | None]) -> set[str | None]:
+        """Delete the meta files of generations before the one ``meta`` replaced; the versions
+        their bases are in (which ``kept`` may still need)."""
+        superseded: set[str | None] = set()
+        for number in self.files.generations(self.table):
+            if number >= meta.number - 1:
+                continue
+            old = self.files.generation(self.table, number)
+            superseded.add(_version(old.base))
+            self.files.remove_generation(self.table, number)
+        return superseded - kept
 
     def _changes_table(self, lineage: str, columns: list[dict[str, Any]]) -> None:
         """The lineage's changes table over its folder, created or given new ``columns``

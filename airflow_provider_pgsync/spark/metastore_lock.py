@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
 from pyspark.sql import SparkSession
 
+from airflow_provider_pgsync.changelog import private
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 
 log = logging.getLogger("pgsync.spark")
@@ -50,7 +50,7 @@ class MetastoreLock:
         if self.destination.metastore != "derby" or local is None:
             return None
         if self._folder is None:
-            os.makedirs(local, exist_ok=True)  # a new warehouse: its lock file and metastore go here
+            private.make_dirs(local)  # a new warehouse (0700): its lock file and metastore go here
             jvm = self.spark.sparkContext._jvm
             assert jvm is not None
             # Derby writes its log where the process runs unless told otherwise

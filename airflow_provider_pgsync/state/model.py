@@ -387,6 +387,68 @@ class PipelineState:
             )
         return replace(self, last_end_lsn=last_end_lsn, segments=_ordered(by_path.values()), tables=updated)
 
+    def capture_conflict(
+        self,
+        base: PipelineState,
+        new_segments: Iterable[SegmentInfo] = (),
+        tables: Iterable[TableState] = (),
+    ) -> str | None:
+        """Why a capture batch decoded from state ``base`` cannot be recorded on this (newer) state
+        with ``self.with_capture(end, new_segments, tables)``; None when it can.
+
+        Capture decodes from what it owns in ``base``: the slot identity, the captured end LSN,
+        and each table's schema version, columns, DDL seen, relation OID and source name (the
+        batch's schema versions are numbered from them, its Relations matched by them). A write
+        meanwhile that left all of those as they were (phases, watermarks, backfills, segments
+        pruned, tables added) would have given the same batch had capture loaded after it, so
+        recording the batch on this state is exactly that order: the other write, then this
+        capture. A change of anything capture owns means another capture (or a setup) wrote
+        meanwhile: the batch must be decoded again from the new state. One exception: a
+        baseline's first columns (``with_first_columns``) of a table the batch holds nothing of
+        (neither its columns nor a segment of it) would not have changed the batch either; of a
+        table the batch saw they would (its schema versions are numbered from the columns
+        known), so recording the batch over them could give the baseline's copy and changes of
+        other columns one schema version.
+        """
+        if (self.slot_name, self.slot_creation_lsn) != (base.slot_name, base.slot_creation_lsn):
+            return (
+                f"the slot identity changed from {base.slot_name} (created at {base.slot_creation_lsn}) "
+                f"to {self.slot_name} (created at {self.slot_creation_lsn})"
+            )
+        if self.last_end_lsn != base.last_end_lsn:
+            return f"the captured end LSN moved from {base.last_end_lsn} to {self.last_end_lsn}"
+        known = set(base.segments)
+        added = [s.path for s in self.segments if s not in known]
+        if added:
+            return f"segment(s) {', '.join(added[:3])}{' ...' if len(added) > 3 else ''} were recorded"
+        batch = {ts.key: ts for ts in tables}
+        seen = set(batch) | {s.table for s in new_segments}
+        for key, old in base.tables.items():
+            now = self.tables.get(key)
+            if now is None:
+                return f"table {key} was removed from the pipeline"
+            if _captured(now) == _captured(old):
+                continue
+            first_columns = (
+                not old.columns
+                and (now.schema_version, now.relation_id, now.source_name)
+                == (old.schema_version, old.relation_id, old.source_name)
+                and now.ddl in (None, old.ddl)
+            )
+            if first_columns and key not in seen:
+                continue
+            what = "first columns were recorded" if first_columns else "schema or source identity changed"
+            return f"table {key}: its {what} (schema version {old.schema_version} -> {now.schema_version})"
+        followed = {
+            ts.relation_id
+            for ts in (batch.get(key) or base.tables.get(key) for key in seen)
+            if ts is not None and ts.relation_id is not None
+        }
+        for key, now in self.tables.items():
+            if key not in base.tables and now.relation_id in followed:
+                return f"table {key} was added, following relation OID {now.relation_id} the batch matched"
+        return None
+
     def with_watermark(self, destination: str, value: str) -> PipelineState:
         """Set the watermark text of one destination."""
         if not isinstance(destination, str) or not destination or not isinstance(value, str):
@@ -434,6 +496,11 @@ def validate_pipeline_name(name: str) -> str:
             "starting with a letter, digit or '_' (e.g. 'orders_to_lake')"
         )
     return name
+
+
+def _captured(ts: TableState) -> tuple[object, ...]:
+    """What capture owns of a table (what ``with_capture`` records)."""
+    return (ts.schema_version, ts.columns, ts.ddl, ts.relation_id, ts.source_name)
 
 
 def _ordered(segments: Iterable[SegmentInfo]) -> tuple[SegmentInfo, ...]:

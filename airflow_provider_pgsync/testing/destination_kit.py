@@ -43,6 +43,7 @@ from airflow_provider_pgsync.changelog.schema import (
     old_key_column,
     segment_schema,
 )
+from airflow_provider_pgsync.errors import DestinationDivergedError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
 
@@ -239,8 +240,9 @@ def run_baseline_lifecycle(
     ``batch_size``) and check the rows, a None watermark and the lineage; apply ``changes``
     on top and compare with the model; then a baseline that fails part way must leave rows,
     watermark and lineage as they were; a second baseline of ``second_rows`` (lineage
-    ``kit-2``) replaces everything and resets the watermark. Closes the destination; returns
-    the final rows. Raises AssertionError on a difference."""
+    ``kit-2``) replaces everything and resets the watermark. After each baseline ``verify``
+    must accept its lineage and refuse another (``DestinationDivergedError``). Closes the
+    destination; returns the final rows. Raises AssertionError on a difference."""
     model = Model(columns)
     destination.open_table(table, columns, 0)
     _load(destination, table, columns, rows, "kit-1", batch_size)
@@ -290,6 +292,13 @@ def _load(
         raise AssertionError(f"after a baseline the watermark is {destination.watermark(table)}, not None")
     if destination.lineage(table) != lineage:
         raise AssertionError(f"after the baseline {lineage!r} the lineage is {destination.lineage(table)!r}")
+    destination.verify(table, lineage)  # it holds the baseline it just took
+    try:
+        destination.verify(table, f"{lineage}-not")
+    except DestinationDivergedError:
+        pass
+    else:
+        raise AssertionError(f"verify accepted baseline {lineage!r}-not for a table holding {lineage!r}")
 
 
 def run_backfill_lifecycle(

@@ -19,8 +19,12 @@ Mapping, lossless unless noted:
   dimension, read through ``to_json``; elements of smallint, integer, bigint, real, double
   and boolean keep their type (a ``-0`` element of a float array reads as ``0``), elements
   that are composites without numerics become structs, and any other element is its
-  PostgreSQL text (``array<string>``). A value with other dimensions than declared fails
-  the job rather than becoming NULL.
+  PostgreSQL text (``array<string>``). Spark arrays are indexed from 1: a non-empty value the
+  lake cannot hold exactly (other dimensions than declared, or a lower bound other than 1, e.g.
+  ``[-3:-1]={7}``) fails the job with ``array_refusal``'s message, as apply refuses it: the
+  projection gives ``REFUSED`` and the message's text instead of the JSON
+  (``array_refusal_sql``), for arrays nested in struct-mapped composites too; ``{}`` and NULL
+  are fine.
 - composites: ``struct<...>`` through JSON built field by field (``json_select``; fields
   mapped like array elements, a date, timestamp, xml or json field is its text output, e.g.
   ``2024-01-01 10:00:00+00``); a composite holding a numeric anywhere is its PostgreSQL text
@@ -78,7 +82,8 @@ def spark_read(name: str, pgtype: PgType) -> ColumnRead:
     if pgtype.kind == "a":
         return _array_read(name, pgtype)
     if pgtype.kind == "c" and not _holds_numeric(pgtype):
-        return ColumnRead(name, json_select("{col}", pgtype) + "::text", "json", _json_type(pgtype))
+        select = refusing_arrays(json_select("{col}", pgtype) + "::text", pgtype)
+        return ColumnRead(name, select, "json", _json_type(pgtype))
     if pgtype.base == "hstore":
         return ColumnRead(name, "to_json({col})::text", "json", "map<string,string>")
     if pgtype.base == "bpchar":  # a cast to text would drop char(n)'s padding
@@ -179,7 +184,12 @@ def arrow_select(read: ColumnRead) -> str | None:
 
 
 def arrow_reads(reads: Sequence[ColumnRead]) -> list[ColumnRead] | None:
-    """``reads`` with the Arrow path's projections, or None when a column cannot take it."""
+    """``reads`` with the Arrow path's projections, or None when a column cannot take it.
+
+    Arrays and composites never take it (their conversion is ``json``, which ``arrow_select``
+    refuses), so an array the lake cannot hold is always refused by the JDBC path's projection
+    (``refusing_arrays``) and its Spark conversion, never copied.
+    """
     out = []
     for read in reads:
         select = arrow_select(read)
@@ -212,16 +222,112 @@ def _array_read(name: str, pgtype: PgType) -> ColumnRead:
     if element is None:
         raise UnsupportedTypeError(f"array type {pgtype.name} of column {name!r} has no element type")
     if element.kind == "c" and not _holds_numeric(element):
-        return ColumnRead(name, json_select("{col}", pgtype) + "::text", "json", _json_type(pgtype))
-    if element.base in _JSON_SCALARS:
-        return ColumnRead(name, "to_json({col})::text", "json", _json_type(pgtype))
-    dims = max(pgtype.ndims, 1)
-    # JSON strings are the elements' text output: char(n) keeps its padding, which a cast to
-    # text drops, inet has no netmask added to a host and xml no declaration kept, which
-    # their casts to text do
-    if element.base in CAST_IS_NOT_OUTPUT:
-        return ColumnRead(name, "to_json({col})::text", "json", "array<" * dims + "string" + ">" * dims)
-    return ColumnRead(name, "to_json({col}::text[])::text", "json", "array<" * dims + "string" + ">" * dims)
+        select, spark_type = json_select("{col}", pgtype) + "::text", _json_type(pgtype)
+    elif element.base in _JSON_SCALARS:
+        select, spark_type = "to_json({col})::text", _json_type(pgtype)
+    else:
+        dims = max(pgtype.ndims, 1)
+        spark_type = "array<" * dims + "string" + ">" * dims
+        # JSON strings are the elements' text output: char(n) keeps its padding, which a cast to
+        # text drops, inet has no netmask added to a host and xml no declaration kept, which
+        # their casts to text do
+        select = (
+            "to_json({col})::text" if element.base in CAST_IS_NOT_OUTPUT else "to_json({col}::text[])::text"
+        )
+    return ColumnRead(name, refusing_arrays(select, pgtype), "json", spark_type)
+
+
+# ---- arrays the lake cannot hold exactly ----------------------------------------------------
+
+# What a projection gives instead of JSON for a value the lake refuses, followed by the rest of
+# the refusal's message (after the column's name); JSON never starts with "p"
+REFUSED = "pgsync-refused:"
+
+
+def array_refusal(what: str, dims: str, declared: int) -> str:
+    """The refusal of a non-empty array value the lake cannot hold exactly, in the baseline and
+    in apply alike: ``what`` names the column (and field), e.g. "column 'tags' of table
+    public.t", ``dims`` is the value's ``array_dims`` text (``[-3:-1]``, ``[1:2][1:2]``) and
+    ``declared`` the lake column's number of dimensions (the declared ones, at least 1)."""
+    head, tail = array_refusal_parts(declared, other_dimensions=dims.count("[") != declared)
+    return f"{what}{head}{dims}{tail}"
+
+
+def array_refusal_parts(declared: int, *, other_dimensions: bool) -> tuple[str, str]:
+    """The text of ``array_refusal`` before and after the value's dimensions (``what`` first)."""
+    shape = "1 dimension" if declared == 1 else f"{declared} dimensions"
+    problem = (
+        f"does not have the {shape} declared for it" if other_dimensions else "has a lower bound other than 1"
+    )
+    tail = (
+        f" {problem}; the lake keeps these arrays as {declared}-dimensional Spark arrays "
+        "indexed from 1, so it refuses a value it cannot hold exactly rather than change it: change "
+        f"such values in the source ({declared}-dimensional, every lower bound 1) and then "
+        "rebaseline the table into the lake, or leave the column out of the pipeline's table "
+        "(its columns list), or keep the table in a PostgreSQL destination, which holds any "
+        "array exactly"
+    )
+    return ": an array value with dimensions ", tail
+
+
+def refusing_arrays(select: str, pgtype: PgType) -> str:
+    """``select`` (the JSON text of a ``{col}`` of ``pgtype``), or ``REFUSED`` and the rest of
+    ``array_refusal``'s message when an array in the value is one the lake cannot hold."""
+    refusal = array_refusal_sql("{col}", pgtype)
+    if refusal is None:
+        return select
+    return f"COALESCE({_sql_text(REFUSED)} || {refusal}, {select})"
+
+
+def array_refusal_sql(expr: str, pgtype: PgType, path: str = "", depth: int = 0) -> str | None:
+    """SQL of the text of ``array_refusal`` after ``what`` for the first array in value ``expr``
+    the lake cannot hold (NULL when there is none), or None when ``pgtype`` holds no array the
+    lake keeps as an array. ``path`` names the fields down to ``expr`` (", field 'tags'"), as
+    apply's messages do; NULL and empty arrays (``array_ndims`` NULL) are fine.
+
+    The arrays the lake keeps as arrays are those ``_json_type`` maps: an array column and, in
+    a composite mapped to a struct (no numeric inside), each array field and the fields of
+    composite elements; a composite holding a numeric, like any other text, is kept as it is.
+    """
+    if pgtype.kind == "c":
+        if _holds_numeric(pgtype):
+            return None
+        fields = [
+            array_refusal_sql(f"({expr}).{_sql_name(name)}", t, f"{path}, field {name!r}", depth)
+            for name, t in pgtype.fields
+        ]
+        refusals = [r for r in fields if r is not None]
+        if not refusals:
+            return None
+        return refusals[0] if len(refusals) == 1 else "COALESCE(" + ", ".join(refusals) + ")"
+    if pgtype.kind != "a":
+        return None
+    declared = max(pgtype.ndims, 1)
+
+    def refusal(other_dimensions: bool) -> str:
+        head, tail = array_refusal_parts(declared, other_dimensions=other_dimensions)
+        return f"{_sql_text(path + head)} || array_dims({expr}) || {_sql_text(tail)}"
+
+    lower = " OR ".join(f"array_lower({expr}, {d}) <> 1" for d in range(1, declared + 1))
+    own = (
+        f"CASE WHEN array_ndims({expr}) <> {declared} THEN {refusal(True)}"
+        f" WHEN {lower} THEN {refusal(False)} END"
+    )
+    element = pgtype.element
+    if element is None or element.kind != "c":
+        return own
+    each = f"pgsync_e{depth}"
+    inner = array_refusal_sql(each, element, path, depth + 1)
+    if inner is None:
+        return own
+    # the composite elements' own arrays, whatever the outer array's dimensions; NULL elements
+    # read as composites of NULL fields
+    found = f"pgsync_r{depth}"
+    first = (
+        f"(SELECT {found} FROM (SELECT {inner} AS {found} FROM unnest({expr}) AS {each})"  # noqa: S608
+        f" AS pgsync_f{depth} WHERE {found} IS NOT NULL LIMIT 1)"
+    )
+    return f"COALESCE({own}, {first})"
 
 
 _MAX_BUILD_PAIRS = 50  # json_build_object takes at most 100 arguments
@@ -269,7 +375,8 @@ def _json_array(expr: str, pgtype: PgType, depth: int) -> str:
     if element.kind == "c" and not _holds_numeric(element) and pgtype.ndims <= 1:
         i = f"pgsync_i{depth}"
         item = json_select(f"({expr})[{i}]", element, depth + 1)
-        # more dimensions than declared: to_json's nesting, which the Spark type then refuses
+        # more dimensions than declared: to_json's nesting (spark_read's projection refuses such
+        # a value before, refusing_arrays)
         each = f"(SELECT json_agg({item} ORDER BY {i}) FROM generate_subscripts({expr}, 1) AS {i})"  # noqa: S608
         return (
             f"CASE WHEN cardinality({expr}) = 0 THEN '[]'::json WHEN array_ndims({expr}) > 1"

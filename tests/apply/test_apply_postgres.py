@@ -10,6 +10,7 @@ from airflow_provider_pgsync.apply.destination import Destination
 from airflow_provider_pgsync.apply.run import apply_table
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
+from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState
@@ -71,6 +72,20 @@ def copy_base(source: psycopg.Connection, replica: Database, table: str) -> None
     ):
         for block in data:
             sink.write(block)
+
+
+def empty_baseline(source: Database, replica: Database, name: str, table: str, lineage: str) -> None:
+    """A real baseline of the empty ``table`` into the PostgreSQL destination ``name`` on
+    ``replica``: the table made, its lineage and identity recorded, as the baseline's swap does."""
+    ref = TableRef.parse(table)
+    with source.connect() as conn:
+        columns = column_infos(conn, ref)
+    destination = PostgresDestination(replica.conninfo, name=name)
+    try:
+        staging = destination.prepare_baseline(ref, columns, lineage)
+        destination.finish_baseline(ref, staging, lineage, columns)
+    finally:
+        destination.close()
 
 
 def apply_all(pipeline: Pipeline, replica: Database) -> dict[str, object]:

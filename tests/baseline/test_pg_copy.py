@@ -1,5 +1,7 @@
 """A baseline partition copied into a PostgreSQL destination's staging table (no Spark): every
-type as text, the exported snapshot, a retried task, a failed one."""
+type as text, the exported snapshot, a retried task; a destination that refuses the rows, cannot
+be reached or dies mid-stream is left out (nothing of the partition in it, the partition not
+recorded there) while the others take every row; a failed read of the source fails them all."""
 
 from __future__ import annotations
 
@@ -10,14 +12,20 @@ import pytest
 from psycopg import sql
 
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates
-from airflow_provider_pgsync.baseline.pg_copy import Sink, copy_partition, partition_sql, staged_rows
+from airflow_provider_pgsync.baseline.pg_copy import (
+    PartitionCopy,
+    Sink,
+    copy_partition,
+    partition_sql,
+    staged_rows,
+)
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.source.publication import published_table
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 from tests.apply.test_apply_postgres import rows
-from tests.conftest import Database
+from tests.conftest import Database, free_port
 
 TYPES_DDL = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
@@ -80,10 +88,11 @@ def test_partitions_copy_every_type_as_the_snapshot_sees_it(database: Database, 
     staging = destination.prepare_baseline(published_table("public.typed").table, columns, "v1")
     sink = Sink("replica", replica.conninfo, staging, destination.baseline_parts, tuple(names))
 
-    counts = [copy_partition(database.conninfo, session, q, [sink], i) for i, q in enumerate(queries)]
+    copies = [copy_partition(database.conninfo, session, q, [sink], i) for i, q in enumerate(queries)]
 
-    assert sum(counts) == 2000 and all(counts)
-    assert copy_partition(database.conninfo, session, queries[1], [sink], 1) == 0, "a retried task"
+    assert sum(c.rows for c in copies) == 2000 and all(c.rows for c in copies)
+    assert all(c.failed == {} for c in copies)
+    assert copy_partition(database.conninfo, session, queries[1], [sink], 1) == PartitionCopy(0), "a retry"
     assert staged_rows(sink, 3) == 2000
     destination.finish_baseline(published_table("public.typed").table, staging, "v1", columns)
     destination.close()
@@ -97,29 +106,114 @@ def test_partitions_copy_every_type_as_the_snapshot_sees_it(database: Database, 
     assert replica.execute("SELECT length(big), j -> 'a' ->> 2 FROM typed WHERE id = 1") == [(45000, "é")]
 
 
-def test_a_failed_partition_leaves_nothing_and_is_missing(database: Database, replica: Database) -> None:
+def _sinks(replica: Database, columns: Any, names: list[str], *which: str) -> list[tuple[Any, Sink]]:
+    """A destination per name of ``which`` in ``replica`` (control schema of the same name),
+    each with a staging table of ``public.plain``: ``(destination, sink)``."""
+    made = []
+    for name in which:
+        destination = PostgresDestination(replica.conninfo, name=name, control_schema=name)
+        staging = destination.prepare_baseline(published_table("public.plain").table, columns, "v1")
+        made.append(
+            (destination, Sink(name, replica.conninfo, staging, destination.baseline_parts, tuple(names)))
+        )
+    return made
+
+
+def _held(replica: Database, sink: Sink) -> tuple[object, object]:
+    """``(rows in the staging table, partitions recorded)`` of ``sink``."""
+    [(rows,)] = replica.execute(f"SELECT count(*) FROM {sink.staging}")  # noqa: S608
+    [(parts,)] = replica.execute(f"SELECT count(*) FROM {sink.parts} WHERE staging = %s", (sink.staging,))  # noqa: S608
+    return rows, parts
+
+
+def _plain(database: Database, rows: int) -> tuple[list[str], list[str], Any]:
     database.execute("CREATE TABLE plain (id int PRIMARY KEY, v text)")
-    database.execute("INSERT INTO plain SELECT g, 'v' || g FROM generate_series(1, 500) g")
-    queries, names, columns = _plan(database, "public.plain")
+    database.execute(
+        "INSERT INTO plain SELECT g, 'v' || g || repeat('x', 100) FROM generate_series(1, %s) g", (rows,)
+    )
+    return _plan(database, "public.plain")
+
+
+def test_a_destination_that_refuses_rows_is_left_out_and_the_others_take_them(
+    database: Database, replica: Database
+) -> None:
+    queries, names, columns = _plain(database, 500)
     holder, session = _snapshot(database)
-    destination = PostgresDestination(replica.conninfo, name="replica")
-    staging = destination.prepare_baseline(published_table("public.plain").table, columns, "v1")
-    sink = Sink("replica", replica.conninfo, staging, destination.baseline_parts, tuple(names))
-    # a second destination whose staging table refuses the rows: the first takes none either
-    other = PostgresDestination(replica.conninfo, name="other", control_schema="other")
-    refusing = other.prepare_baseline(published_table("public.plain").table, columns, "v1")
-    replica.execute(f"ALTER TABLE {refusing} ADD CHECK (v <> 'v3')")
-    bad = Sink("other", replica.conninfo, refusing, other.baseline_parts, tuple(names))
+    (good_dest, good), (other_dest, bad) = _sinks(replica, columns, names, "replica", "other")
+    replica.execute(f"ALTER TABLE {bad.staging} ADD CONSTRAINT no_v3 CHECK (v NOT LIKE 'v3x%%')")
 
-    with pytest.raises(psycopg.errors.CheckViolation):
-        copy_partition(database.conninfo, session, queries[0], [sink, bad], 0)
+    copied = copy_partition(database.conninfo, session, queries[0], [good, bad], 0)
 
-    assert replica.execute(f"SELECT count(*) FROM {staging}") == [(0,)]  # noqa: S608
+    assert copied.rows > 0 and list(copied.failed) == ["other"]
+    assert copied.failed["other"].startswith("CheckViolation: ")
+    assert 'violates check constraint "no_v3"' in copied.failed["other"]
+    assert _held(replica, good) == (copied.rows, 1)
+    assert _held(replica, bad) == (0, 0), "the refusing destination holds a part of the partition"
     with pytest.raises(RuntimeError, match="0 of 1 partitions"):
-        staged_rows(sink, 1)
-    assert copy_partition(database.conninfo, session, queries[0], [sink], 0) > 0, "the retry copies it"
-    destination.discard_baseline(staging)
-    other.discard_baseline(refusing)
-    destination.close()
-    other.close()
+        staged_rows(bad, 1)
+
+    # once the cause is gone, the partition is copied into the one that lacks it, once
+    replica.execute(f"ALTER TABLE {bad.staging} DROP CONSTRAINT no_v3")
+    again = copy_partition(database.conninfo, session, queries[0], [good, bad], 0)
+    assert again == PartitionCopy(copied.rows)
+    assert _held(replica, good) == _held(replica, bad) == (copied.rows, 1)
+    for destination, sink in ((good_dest, good), (other_dest, bad)):
+        destination.discard_baseline(sink.staging)
+        destination.close()
+    holder.close()
+
+
+def test_an_unreachable_or_dying_destination_is_left_out(database: Database, replica: Database) -> None:
+    """One destination cannot be reached; another's server process dies part way through the
+    rows (its writes fail, not only its end): the third takes every row."""
+    queries, names, columns = _plain(database, 20_000)
+    holder, session = _snapshot(database)
+    (good_dest, good), (dying_dest, dying) = _sinks(replica, columns, names, "replica", "dying")
+    replica.execute(
+        "CREATE FUNCTION public.die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF NEW.id = 100 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NEW; END $$"
+    )
+    replica.execute(
+        f"CREATE TRIGGER die BEFORE INSERT ON {dying.staging} FOR EACH ROW EXECUTE FUNCTION public.die()"
+    )
+    unreachable = Sink(
+        "gone", f"host=127.0.0.1 port={free_port()} dbname=x connect_timeout=5", "a.b", "c.d", ("id",)
+    )
+    every = sum(int(r[0]) for r in database.execute("SELECT count(*) FROM plain"))
+
+    copied = [
+        copy_partition(database.conninfo, session, q, [unreachable, dying, good], i)
+        for i, q in enumerate(queries)
+    ]
+
+    assert sum(c.rows for c in copied) == every
+    assert all(set(c.failed) == {"gone", "dying"} for c in copied[:1]), copied[0].failed
+    assert copied[0].failed["gone"].startswith("OperationalError: ")
+    assert "terminat" in copied[0].failed["dying"] or "closed" in copied[0].failed["dying"], copied[0].failed
+    assert staged_rows(good, len(queries)) == every
+    assert _held(replica, dying)[1] < len(queries), "the dying destination recorded every partition"
+
+    # every destination of a partition gone: the source's COPY is cancelled, nothing is recorded
+    alone = copy_partition(database.conninfo, session, queries[0], [unreachable], 0)
+    assert alone.rows == 0 and list(alone.failed) == ["gone"]
+    for destination, sink in ((good_dest, good), (dying_dest, dying)):
+        destination.discard_baseline(sink.staging)
+        destination.close()
+    holder.close()
+
+
+def test_a_failed_read_of_the_source_fails_every_destination(database: Database, replica: Database) -> None:
+    queries, names, columns = _plain(database, 500)
+    holder, session = _snapshot(database)
+    (destination, sink), (other, second) = _sinks(replica, columns, names, "replica", "other")
+
+    with pytest.raises(psycopg.errors.UndefinedColumn):
+        copy_partition(
+            database.conninfo, session, queries[0].replace('"v"', '"no_such"', 1), [sink, second], 0
+        )
+
+    assert _held(replica, sink) == _held(replica, second) == (0, 0)
+    for made, staged in ((destination, sink), (other, second)):
+        made.discard_baseline(staged.staging)
+        made.close()
     holder.close()

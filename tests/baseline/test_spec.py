@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from importlib import import_module
 
-from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
+from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, summary
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.typemap.pgtypes import PgType
 from airflow_provider_pgsync.typemap.spark import spark_read
@@ -88,3 +88,31 @@ def test_result_without_written_key() -> None:
 def test_session_statements_join_into_jdbcs_session_init() -> None:
     spec = make_spec(session=("BEGIN", "SET TRANSACTION SNAPSHOT 'x'"))
     assert spec.session_init == "BEGIN; SET TRANSACTION SNAPSHOT 'x'"
+
+
+def test_result_reports_each_destination() -> None:
+    """Per destination: written (by its name) or its error; the job as a whole failing fails all."""
+    result = BaselineResult(
+        ok=False,
+        rows=10,
+        written=({"kind": "postgres", "destination": "replica", "staging": "pgsync.s", "rows": 10},),
+        error="destination lake: beyond year 294000",
+        failed={"lake": "beyond year 294000"},
+    )
+    back = BaselineResult.from_json(result.to_json())
+    assert back == result and back.failed == {"lake": "beyond year 294000"}
+    assert not back.failed_as_a_whole
+    assert (back.error_of("lake"), back.error_of("replica")) == ("beyond year 294000", None)
+
+    later = back.with_failure("replica", "RuntimeError: the swap failed")
+    assert later.written == () and not later.ok and not later.failed_as_a_whole
+    assert later.failed == {"lake": "beyond year 294000", "replica": "RuntimeError: the swap failed"}
+    assert later.error == (
+        "destination lake: beyond year 294000; destination replica: RuntimeError: the swap failed"
+    )
+    assert summary({"a": "down", "b": "down", "c": "full"}) == "destinations a, b: down; destination c: full"
+
+    whole = BaselineResult(ok=False, error="the snapshot is gone")
+    assert whole.failed_as_a_whole and whole.error_of("anyone") == "the snapshot is gone"
+    assert BaselineResult(ok=True).error_of("lake") is None
+    assert BaselineResult.from_json('{"ok": false, "error": "x"}').failed == {}

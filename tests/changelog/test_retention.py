@@ -16,7 +16,7 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
+from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, MakeReplica
 
@@ -145,6 +145,9 @@ def test_a_stopped_destination_keeps_what_it_needs_and_the_state_stays_flat(
             state = state.with_destination_phase(T, name, DataSync("L"))
             state = state.with_destination_phase(T, name, done)
         return state
+
+    for name, replica in zip(("fast", "slow"), replicas, strict=True):
+        empty_baseline(database, replica, name, T, "L")
 
     update_state(pipeline.store, pipeline.name, handed_off)
     sizes = []

@@ -23,7 +23,7 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
+from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
@@ -32,19 +32,24 @@ TABLES = ["public.items", "public.other"]
 
 
 def _pipeline(
-    database: Database, make_pipeline_dags: MakePipelineDags, module: str, path: Path, **values: Any
+    database: Database,
+    replica: Database,
+    make_pipeline_dags: MakePipelineDags,
+    module: str,
+    path: Path,
+    **values: Any,
 ) -> PipelineDags:
     database.execute("CREATE TABLE items (id int PRIMARY KEY, b int, note text)")
     database.execute("CREATE TABLE other (id int PRIMARY KEY, v text)")
     sqlite = {"kind": "custom", "class": f"{module}.SqliteDestination", "name": "sqlite", "path": str(path)}
-    replica = {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}
-    pipeline = make_pipeline_dags(["items", "other"], destinations=[sqlite, replica], **values)
+    postgres = {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}
+    pipeline = make_pipeline_dags(["items", "other"], destinations=[sqlite, postgres], **values)
     assert str(pipeline.run("setup").state) == "success"
     # the SQLite destination's baseline (no Spark job); the replica's: handed off from the empty tables
     conf = {"tables": TABLES, "destinations": ["sqlite"], "mode": "rebaseline"}
     first = pipeline.run("baseline", run_conf=conf)
     assert str(first.state) == "success", task_states(first)
-    _hand_off_empty(pipeline, database, "replica")
+    _hand_off_empty(pipeline, database, replica, "replica")
     database.execute("INSERT INTO items SELECT g, g, 'n' || g FROM generate_series(1, 50) g")
     database.execute("INSERT INTO other SELECT g, 'v' || g FROM generate_series(1, 30) g")
     cdc = pipeline.run("cdc")
@@ -53,8 +58,10 @@ def _pipeline(
     return pipeline
 
 
-def _hand_off_empty(pipeline: PipelineDags, database: Database, name: str) -> None:
+def _hand_off_empty(pipeline: PipelineDags, database: Database, replica: Database, name: str) -> None:
     """The baseline of the (still empty) tables in destination ``name``: every later change applies."""
+    for table in TABLES:
+        empty_baseline(database, replica, name, table, f"empty-{name}")
     xmax, lsn = database.execute(
         "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
     )[0]
@@ -103,7 +110,7 @@ def test_rebaseline_fails_the_run_naming_the_change_and_triggers_exactly_that_re
 ) -> None:
     replica = make_replica("replica")
     path = tmp_path / "dest.sqlite"
-    pipeline = _pipeline(database, make_pipeline_dags, example_module, path)
+    pipeline = _pipeline(database, replica, make_pipeline_dags, example_module, path)
     assert pipeline.config.on_schema_change == "rebaseline"  # the default
     name = pipeline.config.name
     before = triggered_baselines(pipeline)  # setup's
@@ -177,7 +184,7 @@ def test_the_rebaseline_is_triggered_also_when_apply_fails_for_another_table(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     replica = make_replica("replica")
-    pipeline = _pipeline(database, make_pipeline_dags, example_module, tmp_path / "dest.sqlite")
+    pipeline = _pipeline(database, replica, make_pipeline_dags, example_module, tmp_path / "dest.sqlite")
     name = pipeline.config.name
     before = triggered_baselines(pipeline)
     replica.execute("ALTER TABLE other ADD CONSTRAINT no_bad CHECK (v <> 'bad')")  # refuses one value
@@ -225,7 +232,7 @@ def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothi
 ) -> None:
     replica = make_replica("replica")
     path = tmp_path / "dest.sqlite"
-    pipeline = _pipeline(database, make_pipeline_dags, example_module, path, on_schema_change="fail")
+    pipeline = _pipeline(database, replica, make_pipeline_dags, example_module, path, on_schema_change="fail")
     name = pipeline.config.name
     before = triggered_baselines(pipeline)
     capsys.readouterr()

@@ -38,7 +38,7 @@ def empty_base(warehouse: Path, columns: list[Any], keys: tuple[str, ...]) -> La
         pa.table({c.name: pa.array([], types[c.type_oid]) for c in columns}), f"{location}/part-0.parquet"
     )
     meta = LakeTableMeta(1, location, "v1", None, {"type": "struct", "fields": fields}, keys)
-    LakeFiles(lake).write_meta(TABLE, meta)
+    LakeFiles(lake).publish_generation(TABLE, meta, None)
     return lake
 
 

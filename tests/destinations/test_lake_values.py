@@ -13,7 +13,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
+from airflow_provider_pgsync.destinations.pg_literals import ArrayShapeError, LiteralError, parse_array
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
+from airflow_provider_pgsync.typemap.spark import array_refusal
 
 WHAT = "column 'price' of table public.orders"
 TS_UTC = pa.timestamp("us", tz="UTC")
@@ -348,8 +350,33 @@ def test_array_tolerates_blanks_like_array_in() -> None:
     assert convert(["{ 1 , 2 }", " { } ", "{ null }"], pa.list_(pa.int64())) == [[1, 2], [], [None]]
 
 
-def test_array_dimension_decoration_is_dropped() -> None:
-    assert convert(["[0:1]={7,8}", '[-2:-2]={"x"}'], pa.list_(pa.string())) == [["7", "8"], ["x"]]
+def test_array_dimension_decoration_with_lower_bounds_1_is_read() -> None:
+    assert convert(["[1:2]={7,8}", '[1:1]={"x"}'], pa.list_(pa.string())) == [["7", "8"], ["x"]]
+
+
+def refused(values: Sequence[str | None], target: pa.DataType) -> str:
+    """The message of the DestinationError converting ``values`` raises for an array the lake
+    cannot hold exactly (``typemap.spark.array_refusal``, the baseline's wording)."""
+    with pytest.raises(DestinationError) as info:
+        text_to_arrow(pa.array(values, pa.string()), target, what=WHAT)
+    return str(info.value)
+
+
+def test_array_with_a_lower_bound_other_than_1_is_refused() -> None:
+    """PostgreSQL writes [lower:upper]= when a lower bound is not 1: the lake, indexed from 1,
+    cannot keep it, so the value is refused as the baseline refuses it, never shifted."""
+    value = "[-3:-1]={7,NULL,-9223372036854775808}"
+    message = refused(["{1,2}", value], pa.list_(pa.int64()))
+    assert message == array_refusal(WHAT, "[-3:-1]", 1)
+    assert "[-3:-1]" in message and "lower bound other than 1" in message
+    assert refused(['[0:0]={"x"}'], pa.list_(pa.string())) == array_refusal(WHAT, "[0:0]", 1)
+    # every bound is checked, not only the first
+    assert refused(["[1:1][0:1]={{1,2}}"], pa.list_(pa.list_(pa.int32()))) == array_refusal(
+        WHAT, "[1:1][0:1]", 2
+    )
+    assert refused(["[2:3][1:1]={{1},{2}}"], pa.list_(pa.list_(pa.int32()))) == array_refusal(
+        WHAT, "[2:3][1:1]", 2
+    )
 
 
 def test_two_dimensional_array() -> None:
@@ -386,12 +413,80 @@ def test_bad_array_element_names_the_element() -> None:
 
 
 def test_array_with_other_dimensions_than_the_column_is_rejected() -> None:
-    message = rejected(["{{1,2}}"], pa.list_(pa.int32()))
-    assert "'{{1,2}}'" in message
+    message = refused(["{{1,2}}"], pa.list_(pa.int32()))
+    assert message == array_refusal(WHAT, "[1:1][1:2]", 1)
     assert "1-dimensional" in message
-    message = rejected(["{1,2}"], pa.list_(pa.list_(pa.int32())))
+    message = refused(["{1,2}"], pa.list_(pa.list_(pa.int32())))
+    assert message == array_refusal(WHAT, "[1:2]", 2)
     assert "2-dimensional" in message
+    # not a literal array_out writes (its sub-arrays differ): malformed, not another shape
     assert "2-dimensional" in rejected(["{{1},2}"], pa.list_(pa.list_(pa.int32())))
+
+
+def test_two_dimensional_text_in_a_one_dimensional_column_is_refused() -> None:
+    """PostgreSQL does not enforce declared dimensions: a text[] column may hold a 2-D value,
+    which the lake's array<string> cannot hold; refused, not turned into strings."""
+    value = r'{{"a b","\"q\""},{NULL,"NULL"}}'  # its text output, as pgoutput sends it
+    message = refused(['{"a b"}', None, "{}", value], pa.list_(pa.string()))
+    assert message == array_refusal(WHAT, "[1:2][1:2]", 1)
+    assert message.startswith(WHAT + ": an array value with dimensions [1:2][1:2] ")
+    for part in (
+        "1 dimension declared",
+        "indexed from 1",
+        "rebaseline",
+        "columns list",
+        "PostgreSQL destination",
+    ):
+        assert part in message, part
+    # decorated with lower bounds 1 but other dimensions: refused the same way
+    assert refused(["[1:1][1:1]={{x}}"], pa.list_(pa.string())) == array_refusal(WHAT, "[1:1][1:1]", 1)
+    assert refused(["{{{x}}}"], pa.list_(pa.list_(pa.string()))) == array_refusal(WHAT, "[1:1][1:1][1:1]", 2)
+
+
+def test_empty_and_null_arrays_and_arrays_indexed_from_1_are_read() -> None:
+    assert convert(["{}", None, "{7,NULL,-9223372036854775808}"], pa.list_(pa.int64())) == [
+        [],
+        None,
+        [7, None, -9223372036854775808],
+    ]
+    assert convert(["{}", None, "{{a,NULL}}"], pa.list_(pa.list_(pa.string()))) == [[], None, [["a", None]]]
+
+
+def test_arrays_inside_composites_are_refused_naming_the_field() -> None:
+    """A struct's array field, and an array of structs' fields, as the baseline names them."""
+    tags = pa.list_(pa.string())
+    target = pa.struct([("n", pa.int32()), ("tags", tags)])
+    assert convert(['(1,"{a,b}")', "(2,{})", "(,)"], target) == [
+        {"n": 1, "tags": ["a", "b"]},
+        {"n": 2, "tags": []},
+        {"n": None, "tags": None},
+    ]
+    inside = f"{WHAT}, field 'tags'"
+    assert refused(['(1,"[0:1]={a,b}")'], target) == array_refusal(inside, "[0:1]", 1)
+    assert refused(['{"(1,\\"{{a}}\\")"}'], pa.list_(target)) == array_refusal(inside, "[1:1][1:1]", 1)
+
+
+def test_parse_array_refuses_with_the_dimensions() -> None:
+    with pytest.raises(ArrayShapeError) as info:
+        parse_array("[-3:-1]={7,NULL,-9223372036854775808}", 1)
+    assert (info.value.dims, info.value.declared) == ("[-3:-1]", 1)
+    assert str(info.value) == array_refusal("PostgreSQL array", "[-3:-1]", 1)
+    with pytest.raises(ArrayShapeError) as info:
+        parse_array(r'{{"a b","\"q\""},{NULL,"NULL"}}', 1)
+    assert (info.value.dims, info.value.declared) == ("[1:2][1:2]", 1)
+    with pytest.raises(ArrayShapeError) as info:
+        parse_array("{1,2,3}", 2)
+    assert (info.value.dims, info.value.declared) == ("[1:3]", 2)
+    with pytest.raises(ArrayShapeError) as info:
+        parse_array("[ 5 ]={1,2,3,4,5}", 2)  # an upper bound alone: lower bound 1, one dimension
+    assert (info.value.dims, info.value.declared) == ("[1:5]", 2)
+    assert parse_array("{}", 1) == parse_array("{}", 3) == parse_array(" { } ", 2) == []
+    assert parse_array("[1:2][1:1]={{1},{2}}", 2) == [["1"], ["2"]]
+    assert parse_array("{{1,2},{3,4}}", 2) == [["1", "2"], ["3", "4"]]
+    # a decoration that disagrees with the braces is no literal array_out writes: malformed
+    with pytest.raises(LiteralError, match="dimensions differ from its braces") as malformed:
+        parse_array("[1:2]={{1},{2}}", 2)
+    assert not isinstance(malformed.value, ArrayShapeError)
 
 
 @pytest.mark.parametrize(

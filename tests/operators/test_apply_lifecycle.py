@@ -19,7 +19,7 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
+from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, MakeReplica, RunDag
 
@@ -38,8 +38,13 @@ DESTINATIONS = [
 ]
 
 
-def _handed_off(pipeline: Pipeline, database: Database, names: list[str]) -> None:
+def _handed_off(
+    pipeline: Pipeline, database: Database, names: list[str], replicas: tuple[Database, Database]
+) -> None:
     """The empty table's baseline in each destination ``names``: every later change applies."""
+    replica = dict(zip(("good", "picky"), replicas, strict=True))
+    for name in names:
+        empty_baseline(database, replica[name], name, TABLE, f"v-{name}")
     xmax, lsn = database.execute(
         "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
     )[0]
@@ -79,11 +84,9 @@ def test_a_refusing_destination_stops_alone_fails_the_run_and_resumes_once_fixed
 ) -> None:
     good, picky = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"])
+    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
     # the picky replica's table refuses one value the source writes
-    picky.execute(
-        "CREATE TABLE items (id int PRIMARY KEY, name text CONSTRAINT no13 CHECK (name <> 'item 13'))"
-    )
+    picky.execute("ALTER TABLE items ADD CONSTRAINT no13 CHECK (name <> 'item 13')")
     database.execute("INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 40) g")
     database.execute("UPDATE items SET name = 'changed' WHERE id %% 5 = 0")
 
@@ -129,7 +132,7 @@ def test_an_unreachable_destination_changes_no_phase_and_the_run_fails_for_a_ret
 ) -> None:
     good, picky = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"])
+    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 30) g")
     real = picky.cluster.url(picky.name, with_password=True)
     monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_PICKY", real.replace(f":{picky.cluster.port}/", ":1/"))

@@ -48,7 +48,7 @@ def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
     outcome: str,
 ) -> None:
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"])
+    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
     assert _states(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
         "capture": "success",
@@ -88,7 +88,7 @@ def test_fail_leaves_each_destination_errored_without_retry(
 ) -> None:
     good, _ = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"])
+    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
     pipeline.capture_until_idle()  # the columns' identities known before the DDL
     database.execute("ALTER TABLE items ALTER COLUMN b TYPE text")

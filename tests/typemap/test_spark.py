@@ -14,10 +14,15 @@ from airflow_provider_pgsync.typemap.spark import (
     CONVERSIONS,
     DATE_MAX_DAYS,
     DATE_MIN_DAYS,
+    REFUSED,
     TIMESTAMP_MAX_MICROS,
     TIMESTAMP_MIN_MICROS,
     ColumnRead,
+    array_refusal,
+    array_refusal_parts,
+    array_refusal_sql,
     json_select,
+    refusing_arrays,
     spark_read,
     spark_reads,
 )
@@ -178,19 +183,23 @@ def test_char_is_read_as_is(name: str) -> None:
 # ---- arrays, composites, hstore ---------------------------------------------------------------
 
 
-def json_read(name: str, spark_type: str) -> ColumnRead:
-    return ColumnRead(name, "to_json({col})::text", "json", spark_type)
+def json_read(name: str, spark_type: str, t: PgType | None = None) -> ColumnRead:
+    """A value through ``to_json``; an array's refused when the lake cannot hold it."""
+    select = "to_json({col})::text"
+    return ColumnRead(name, select if t is None else refusing_arrays(select, t), "json", spark_type)
 
 
 def built_read(name: str, t: PgType, spark_type: str) -> ColumnRead:
-    """A composite (or an array of them) built field by field (``json_select``)."""
-    return ColumnRead(name, json_select("{col}", t) + "::text", "json", spark_type)
+    """A composite (or an array of them) built field by field (``json_select``), its arrays
+    refused when the lake cannot hold them."""
+    return ColumnRead(name, refusing_arrays(json_select("{col}", t) + "::text", t), "json", spark_type)
 
 
-def text_array_read(name: str, ndims: int) -> ColumnRead:
+def text_array_read(name: str, t: PgType) -> ColumnRead:
     """An array read as PostgreSQL's text of each element, nested per dimension."""
+    ndims = max(t.ndims, 1)
     spark_type = "array<" * ndims + "string" + ">" * ndims
-    return ColumnRead(name, "to_json({col}::text[])::text", "json", spark_type)
+    return ColumnRead(name, refusing_arrays("to_json({col}::text[])::text", t), "json", spark_type)
 
 
 @pytest.mark.parametrize(
@@ -203,13 +212,14 @@ def text_array_read(name: str, ndims: int) -> ColumnRead:
     ],
 )
 def test_array_dimensions(ndims: int, spark_type: str) -> None:
-    assert spark_read("a", array(INT4, ndims)) == json_read("a", spark_type)
+    assert spark_read("a", array(INT4, ndims)) == json_read("a", spark_type, array(INT4, ndims))
 
 
 @pytest.mark.parametrize(("ndims", "depth"), [(0, 1), (1, 1), (2, 2), (3, 3)])
 def test_text_array_dimensions(ndims: int, depth: int) -> None:
-    assert spark_read("a", array(numeric(10, 2), ndims)) == text_array_read("a", depth)
-    assert spark_read("a", array(TEXT, ndims)) == text_array_read("a", depth)
+    assert spark_read("a", array(numeric(10, 2), ndims)) == text_array_read("a", array(numeric(10, 2), ndims))
+    assert spark_read("a", array(TEXT, ndims)) == text_array_read("a", array(TEXT, ndims))
+    assert spark_read("a", array(TEXT, ndims)).spark_type.count("array<") == depth
 
 
 @pytest.mark.parametrize(
@@ -225,7 +235,7 @@ def test_text_array_dimensions(ndims: int, depth: int) -> None:
     ],
 )
 def test_array_elements_keep_their_type(element: PgType, spark_type: str) -> None:
-    assert spark_read("a", array(element, 1)) == json_read("a", spark_type)
+    assert spark_read("a", array(element, 1)) == json_read("a", spark_type, array(element, 1))
 
 
 @pytest.mark.parametrize(
@@ -249,7 +259,7 @@ def test_array_elements_keep_their_type(element: PgType, spark_type: str) -> Non
     ids=lambda t: t.name,
 )
 def test_other_array_elements_are_their_text(element: PgType) -> None:
-    assert spark_read("a", array(element, 1)) == text_array_read("a", 1)
+    assert spark_read("a", array(element, 1)) == text_array_read("a", array(element, 1))
 
 
 def test_composite_struct_with_quoted_names() -> None:
@@ -315,7 +325,7 @@ def test_composite_with_numerics_in_a_nested_array_is_its_text() -> None:
 def test_array_of_composites() -> None:
     item = composite("item", ("sku", TEXT), ("qty", INT4))
     assert spark_read("items", array(item, 2)) == json_read(
-        "items", "array<array<struct<`sku`:string,`qty`:int>>>"
+        "items", "array<array<struct<`sku`:string,`qty`:int>>>", array(item, 2)
     )
 
 
@@ -338,18 +348,93 @@ def test_array_of_composites_without_numeric_is_array_of_struct() -> None:
 
 def test_array_of_composites_with_numeric_is_array_of_text() -> None:
     item = composite("item", ("sku", TEXT), ("price", numeric(8, 3)))
-    assert spark_read("items", array(item, 1)) == text_array_read("items", 1)
-    assert spark_read("grid", array(item, 2)) == text_array_read("grid", 2)
+    assert spark_read("items", array(item, 1)) == text_array_read("items", array(item, 1))
+    assert spark_read("grid", array(item, 2)) == text_array_read("grid", array(item, 2))
     nested = composite("box", ("name", TEXT), ("content", item))  # the numeric is one level down
-    assert spark_read("boxes", array(nested, 1)) == text_array_read("boxes", 1)
+    assert spark_read("boxes", array(nested, 1)) == text_array_read("boxes", array(nested, 1))
 
 
 def test_hstore_and_array_of_hstore() -> None:
     hstore = PgType("hstore", "hstore")
     assert spark_read("h", hstore) == json_read("h", "map<string,string>")
-    assert spark_read("hs", array(hstore, 1)) == text_array_read("hs", 1)
+    assert spark_read("hs", array(hstore, 1)) == text_array_read("hs", array(hstore, 1))
     domain = PgType("attrs", "hstore")  # a domain over hstore keeps its base
     assert spark_read("d", domain) == json_read("d", "map<string,string>")
+
+
+# ---- arrays the lake cannot hold: one refusal for the baseline and apply ----------------------
+
+
+@pytest.mark.parametrize(
+    ("dims", "declared", "problem"),
+    [
+        ("[-3:-1]", 1, "has a lower bound other than 1"),
+        ("[1:2][0:1]", 2, "has a lower bound other than 1"),
+        ("[1:2][1:2]", 1, "does not have the 1 dimension declared for it"),
+        ("[1:3]", 2, "does not have the 2 dimensions declared for it"),
+    ],
+)
+def test_array_refusal_names_the_value_the_reason_and_the_remedy(
+    dims: str, declared: int, problem: str
+) -> None:
+    what = "column 'tags' of table public.t"
+    message = array_refusal(what, dims, declared)
+    assert message.startswith(f"{what}: an array value with dimensions {dims} {problem}; ")
+    assert f"as {declared}-dimensional Spark arrays indexed from 1" in message
+    assert f"change such values in the source ({declared}-dimensional, every lower bound 1)" in message
+    assert "then rebaseline the table into the lake" in message
+    assert "leave the column out of the pipeline's table (its columns list)" in message
+    assert "keep the table in a PostgreSQL destination, which holds any array exactly" in message
+    assert "\n" not in message and len(message) < 1000  # one line; Errored reasons keep 2000 characters
+    head, tail = array_refusal_parts(declared, other_dimensions=dims.count("[") != declared)
+    assert message == what + head + dims + tail  # the parts the baseline's projection joins
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        INT4,
+        TEXT,
+        PgType("hstore", "hstore"),
+        composite("plain", ("n", INT4), ("label", TEXT)),
+        composite("priced", ("price", numeric(8, 2)), ("tags", array(TEXT, 1))),  # its text
+        array(composite("line", ("price", numeric(8, 2)), ("tags", array(TEXT, 1))), 1).element,
+    ],
+    ids=lambda t: t.name,
+)
+def test_values_without_lake_arrays_are_never_checked(t: PgType) -> None:
+    assert t is not None
+    assert array_refusal_sql("{col}", t) is None
+    assert refusing_arrays("x", t) == "x"
+    assert REFUSED not in spark_read("c", t).select
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        array(INT4, 0),
+        array(TEXT, 2),
+        array(composite("line", ("price", numeric(8, 2)), ("tags", array(TEXT, 1))), 1),  # text elements
+        composite("tagged", ("n", INT4), ("tags", array(TEXT, 1))),
+        array(composite("item", ("sku", TEXT), ("grid", array(INT4, 2))), 1),
+    ],
+    ids=lambda t: t.name,
+)
+def test_lake_arrays_are_checked_before_their_json(t: PgType) -> None:
+    read = spark_read("c", t)
+    assert read.select.startswith(f"COALESCE(E'{REFUSED}' || ")
+    assert read.convert == "json"
+
+
+def test_nested_arrays_are_checked_with_their_declared_dimensions_and_field_path() -> None:
+    item = composite("item", ("sku", TEXT), ("grid", array(INT4, 2)))
+    refusal = array_refusal_sql("{col}", array(item, 1))
+    assert refusal is not None
+    assert "array_ndims({col}) <> 1" in refusal and "array_lower({col}, 1) <> 1" in refusal
+    assert 'array_ndims((pgsync_e0)."grid") <> 2' in refusal
+    assert 'array_lower((pgsync_e0)."grid", 2) <> 1' in refusal
+    head, _ = array_refusal_parts(2, other_dimensions=True)
+    assert "E'" + (", field 'grid'" + head).replace("'", "''") + "'" in refusal
 
 
 # ---- property: numerics never travel as JSON numbers ------------------------------------------
@@ -387,26 +472,28 @@ def numeric_inside(t: PgType) -> bool:
 @given(types())
 def test_numerics_never_travel_as_json_numbers(t: PgType) -> None:
     read = spark_read("c", t)
-    if read.select == "to_json({col})::text":  # to_json writes numerics as JSON numbers
+    to_json = refusing_arrays("to_json({col})::text", t)  # its arrays refused when the lake cannot hold them
+    if read.select == to_json:  # to_json writes numerics as JSON numbers
         assert not numeric_inside(t)
     if t.kind == "c":
         if numeric_inside(t):
             assert read == composite_text("c")
         else:
-            assert read.select == json_select("{col}", t) + "::text" and read.spark_type.startswith("struct<")
+            built = refusing_arrays(json_select("{col}", t) + "::text", t)
+            assert read.select == built and read.spark_type.startswith("struct<")
     if t.kind == "a":
         assert t.element is not None
         if t.element.kind == "c" and not numeric_inside(t.element):
-            assert read.select == json_select("{col}", t) + "::text"
+            assert read.select == refusing_arrays(json_select("{col}", t) + "::text", t)
             assert read.spark_type.startswith("array<" * max(t.ndims, 1))
         elif t.element.base in ("int4", "int8", "float8", "bool"):
-            assert read.select == "to_json({col})::text"
+            assert read.select == to_json
             assert read.spark_type.startswith("array<" * max(t.ndims, 1))
         elif t.element.base == "bpchar":  # JSON strings keep the padding a text cast drops
-            assert read.select == "to_json({col})::text"
+            assert read.select == to_json
             assert read.spark_type == "array<" * max(t.ndims, 1) + "string" + ">" * max(t.ndims, 1)
         else:
-            assert read == text_array_read("c", max(t.ndims, 1))
+            assert read == text_array_read("c", t)
 
 
 def test_array_without_element_is_rejected() -> None:
@@ -448,9 +535,8 @@ def test_spark_reads_rejects_names_differing_in_case(first: str, second: str) ->
 def test_char_arrays_keep_their_padding(ndims: int) -> None:
     """char(n) elements go through to_json (JSON strings keep the padding; ::text[] drops it)."""
     dims = max(ndims, 1)
-    read = spark_read(
-        "codes", PgType("character(3)[]", "array", "a", element=PgType("character(3)", "bpchar"), ndims=ndims)
-    )
+    t = PgType("character(3)[]", "array", "a", element=PgType("character(3)", "bpchar"), ndims=ndims)
+    read = spark_read("codes", t)
     assert read == ColumnRead(
-        "codes", "to_json({col})::text", "json", "array<" * dims + "string" + ">" * dims
+        "codes", refusing_arrays("to_json({col})::text", t), "json", "array<" * dims + "string" + ">" * dims
     )

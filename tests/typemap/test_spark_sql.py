@@ -11,7 +11,7 @@ from psycopg import sql
 from airflow_provider_pgsync.hooks.catalog import table_columns
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.text_output import TEXT_OUTPUT
-from airflow_provider_pgsync.typemap.spark import spark_read
+from airflow_provider_pgsync.typemap.spark import REFUSED, array_refusal, json_select, spark_read
 from tests.conftest import Database
 
 ODD = 'we{ird} "name" \\ it\'s'
@@ -96,3 +96,89 @@ def test_scalars_whose_cast_differs_read_as_their_output(database: Database) -> 
     assert got["c"] == ["10.0.0.0/8", None]
     assert got["ch"] == ["q", None]
     assert got["xa"] == [["<a/>", None], None]
+
+
+def test_arrays_the_lake_cannot_hold_are_refused_by_the_projection(database: Database) -> None:
+    """A non-empty array with other dimensions than declared, or a lower bound other than 1,
+    reads as ``REFUSED`` and the refusal's message after the column's name (the Spark job adds
+    it and fails); every other value reads as the same JSON text as without the check."""
+    database.execute("""
+        CREATE TYPE tagged AS (n integer, tags text[]);
+        CREATE TYPE boxed AS (label text, grid integer[][], inner_tags tagged);
+        CREATE TABLE r (id integer PRIMARY KEY, tags text[], nums bigint[], grid integer[][],
+                        xs xml[], o tagged, bs boxed[]);
+        INSERT INTO r VALUES
+          (1, '{{"a b","\\"q\\""},{NULL,"NULL"}}', '[-3:-1]={7,NULL,-9223372036854775808}', '{1,2}',
+           '[0:0]={<a/>}', ROW(1, '[2:3]={x,y}'), ARRAY[ROW('b', '{{1}}', ROW(2, '{{z}}'))::boxed]),
+          (2, '{"a b",NULL}', '{7,NULL,-9223372036854775808}', '[1:1][0:0]={{1}}',
+           '{<a/>,NULL}', ROW(1, '{x,y}'), ARRAY[NULL, ROW('b', '{1}', NULL)::boxed]),
+          (3, '{}', '{}', '{}', '{}', ROW(NULL, '{}'), '{}'),
+          (4, NULL, NULL, NULL, NULL, NULL, NULL),
+          (5, '[1:1]={x}', '{1}', '{{1,2},{3,4}}', NULL, ROW(3, NULL),
+           ARRAY[ROW('c', '{}', ROW(4, '{w}'))::boxed]);
+    """)
+    got = raw_projection(database, "r")
+
+    def refused(path: str, dims: str, declared: int) -> str:
+        return REFUSED + array_refusal(path, dims, declared)
+
+    assert got["tags"] == [
+        refused("", "[1:2][1:2]", 1),
+        '["a b",null]',
+        "[]",
+        None,
+        '["x"]',
+    ]
+    assert got["nums"] == [refused("", "[-3:-1]", 1), "[7,null,-9223372036854775808]", "[]", None, "[1]"]
+    assert got["grid"] == [refused("", "[1:2]", 2), refused("", "[1:1][0:0]", 2), "[]", None, "[[1,2],[3,4]]"]
+    assert got["xs"] == [refused("", "[0:0]", 1), '["<a/>",null]', "[]", None, None]
+    assert got["o"][0] == refused(", field 'tags'", "[2:3]", 1)
+    assert [json.loads(v) if v else v for v in got["o"][1:]] == [
+        {"n": 1, "tags": ["x", "y"]},
+        {"n": None, "tags": []},
+        None,
+        {"n": 3, "tags": None},
+    ]
+    # its grid has the two dimensions declared; the tags of its inner_tags do not
+    assert got["bs"][0] == refused(", field 'inner_tags', field 'tags'", "[1:1][1:1]", 1)
+    assert got["bs"][1] == refused(", field 'grid'", "[1:1]", 2)
+    assert [json.loads(v) if v else v for v in got["bs"][2:]] == [
+        [],
+        None,
+        [{"label": "c", "grid": [], "inner_tags": {"n": 4, "tags": ["w"]}}],
+    ]
+    # every value that is not refused reads as the JSON without the check
+    for column, unchecked in [
+        ("tags", "to_json({col}::text[])::text"),
+        ("nums", "to_json({col})::text"),
+        ("grid", "to_json({col})::text"),
+        ("xs", "to_json({col})::text"),
+        ("o", None),
+        ("bs", None),
+    ]:
+        plain = raw_projection(database, "r", unchecked=unchecked, only=column)[column]
+        assert [v for v in got[column] if not (v or "").startswith(REFUSED)] == [
+            p for v, p in zip(got[column], plain, strict=True) if not (v or "").startswith(REFUSED)
+        ], column
+
+
+def raw_projection(
+    database: Database, table: str, *, unchecked: str | None = None, only: str | None = None
+) -> dict[str, list[Any]]:
+    """Each column of ``table`` (or ``only``) as the baseline projects it, the texts by id;
+    with ``unchecked``, that projection instead (None: ``json_select``'s, without the check)."""
+    out: dict[str, list[Any]] = {}
+    with database.connect() as conn, conn.transaction():
+        for statement in TEXT_OUTPUT:
+            conn.execute(statement)
+        for name, pgtype in table_columns(conn, TableRef("public", table), None):
+            if name == "id" or (only is not None and name != only):
+                continue
+            select = spark_read(name, pgtype).select
+            if only is not None:
+                select = unchecked or json_select("{col}", pgtype) + "::text"
+            query = sql.SQL("SELECT {} FROM {} ORDER BY id").format(
+                sql.SQL(select).format(col=sql.Identifier(name)), sql.Identifier(table)
+            )
+            out[name] = [r[0] for r in conn.execute(query)]
+    return out
