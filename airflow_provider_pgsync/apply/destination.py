@@ -31,6 +31,9 @@ Lifecycle of one table in one destination:
    no backfill (the table is rebaselined instead);
 6. ``close()``.
 
+``drop_table(table)`` is not part of apply: the teardown of a table taken out of the pipeline
+calls it when asked to drop its destination tables too; the default keeps the table and says so.
+
 Before apply hands a baselined table anything, ``verify(table, lineage)`` proves the destination
 still holds what its watermark says (DESIGN §2 rule 11): the table made by the baseline
 ``lineage``, not dropped, replaced or emptied by someone else since; a destination that cannot
@@ -199,6 +202,16 @@ class Destination(ABC):
     def lineage(self, table: TableRef) -> str | None:
         """The lineage of the baseline the destination holds for ``table`` (default None)."""
         return None
+
+    def drop_table(self, table: TableRef) -> None:
+        """Drop ``table`` and whatever the destination keeps for it (its watermark), for the
+        teardown of a table taken out of the pipeline (param ``drop_tables``); a table that is not
+        there is no error. Destinations that cannot keep this default: the teardown keeps their
+        table, and its log says so with this error's text."""
+        raise DestinationError(
+            f"destination {self.name} (class {type(self).__name__}) cannot drop tables: {table} is kept "
+            "there; drop it yourself if it is no longer needed"
+        )
 
     def discard_backfill(self, location: str) -> None:
         """Remove the staged rows at ``location`` (default: nothing to remove)."""

@@ -22,7 +22,12 @@ from airflow_provider_pgsync.apply.destination import (
     schema_decision,
 )
 from airflow_provider_pgsync.apply.prefetch import prefetched
-from airflow_provider_pgsync.apply.schema_change import rebaseline_remedy, schema_phase, type_text
+from airflow_provider_pgsync.apply.schema_change import (
+    no_identity_phase,
+    rebaseline_remedy,
+    schema_phase,
+    type_text,
+)
 from airflow_provider_pgsync.baseline.handoff import not_visible, visible_in_snapshot
 from airflow_provider_pgsync.changelog.merge import Key
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
@@ -113,6 +118,7 @@ def apply_table(
             segments = handoff_segments(segments, phase)
         # read from each version's first segment, which may be before the hand-off
         columns_of_version, started = _versions(changelog, kept)
+        markers = _markers(changelog, kept, started)
         handed = {s.schema_version for s in segments}
         versions = {v: c for v, c in columns_of_version.items() if v in handed}
         known = _version_at(segments, watermark)
@@ -151,9 +157,16 @@ def apply_table(
                     before = list(table_state.columns)
                 diff = diff_columns(before or (), columns, change)
                 if isinstance(phase, SyncDone) and _seen_by_baseline(change, phase):
-                    # the baseline read the catalog after this DDL: it copied the new columns
+                    # the baseline read the catalog after this DDL: it copied the new columns (and
+                    # the rows a change of partitions brought or took: its marker is in the base)
                     decision = schema_decision(SchemaAnswer.CONTINUE)
                     destination.open_table(table, columns, version)
+                elif change.outside:
+                    # rows came or went without changes (partitions): no destination can follow
+                    decision = schema_decision(SchemaAnswer.REBASELINE)
+                elif not _identified(columns):
+                    # no replica identity any more: refused below, before any change is applied
+                    decision = schema_decision(SchemaAnswer.CONTINUE)
                 elif not before or version < since:
                     decision = _unknown_copy(batch, phase, since, version)
                 else:
@@ -163,10 +176,12 @@ def apply_table(
                         key,
                         destination.name,
                         decision,
-                        diff.describe(type_text) if before else f"schema version {since} to {version}",
+                        change.outside
+                        or (diff.describe(type_text) if before else f"schema version {since} to {version}"),
                         phase,
                         on_schema_change=on_schema_change,
                         baseline_dag_id=baseline_dag_id,
+                        rows_outside=bool(change.outside),
                     )
                     log.warning("%s in %s: %s", key, destination.name, reason)
                     return TableApplied(key, applied, in_base, watermark, moved, schema_change=reason)
@@ -174,6 +189,27 @@ def apply_table(
             since = max(version, since) if since is not None else version
             upto = _last_key(batch)
             changes = _after_baseline(batch, phase) if isinstance(phase, SyncDone) else batch
+            if version in markers and _holds(changes, markers[version]):
+                # rows changed outside the stream there, after this destination's base: whatever
+                # version its base was given, only a new baseline follows
+                moved, reason = schema_phase(
+                    key,
+                    destination.name,
+                    schema_decision(SchemaAnswer.REBASELINE),
+                    started[version].outside,
+                    phase,
+                    on_schema_change=on_schema_change,
+                    baseline_dag_id=baseline_dag_id,
+                    rows_outside=True,
+                )
+                log.warning("%s in %s: %s", key, destination.name, reason)
+                return TableApplied(key, applied, in_base, watermark, moved, schema_change=reason)
+            if changes.num_rows and not _identified(columns):
+                moved, reason = no_identity_phase(
+                    key, str(table_state.source_table), destination.name, phase, baseline_dag_id
+                )
+                log.warning("%s in %s: %s", key, destination.name, reason)
+                return TableApplied(key, applied, in_base, watermark, moved)
             destination.apply(table, columns, changes, upto)
             watermark = upto
             applied += changes.num_rows
@@ -345,6 +381,30 @@ def _versions(
     return columns, changes
 
 
+def _markers(
+    changelog: Changelog, segments: Sequence[SegmentInfo], started: dict[int, SchemaChange]
+) -> dict[int, Key]:
+    """The key of the marker row (``capture/columns.py``) that starts each schema version whose
+    change says rows changed outside the stream (``SchemaChange.outside``): the first row of the
+    version's first segment (``segments`` in order; one small read per such version, rare)."""
+    found: dict[int, Key] = {}
+    for version, change in started.items():
+        if not change.outside:
+            continue
+        first = next(s for s in segments if s.schema_version == version)
+        for _, batch in changelog.read_changes(first.table, [first], batch_rows=1):
+            found[version] = int(batch.column(COMMIT_LSN)[0].as_py()), int(batch.column(SEQ)[0].as_py())
+            break
+    return found
+
+
+def _holds(batch: pa.RecordBatch, key: Key) -> bool:
+    """Whether ``batch`` has the change of ``key`` (commit LSN, seq)."""
+    lsn = batch.column(COMMIT_LSN).to_numpy(zero_copy_only=False)
+    seq = batch.column(SEQ).to_numpy(zero_copy_only=False)
+    return bool(((lsn == key[0]) & (seq == key[1])).any())
+
+
 def _version_at(segments: Sequence[SegmentInfo], watermark: Key | None) -> int | None:
     """The schema version of the last change the destination applied (None: unknown)."""
     if watermark is None:
@@ -355,6 +415,12 @@ def _version_at(segments: Sequence[SegmentInfo], watermark: Key | None) -> int |
         if s.first_commit_lsn.value <= watermark[0] <= s.last_commit_lsn.value
     ]
     return max(holding) if holding else None
+
+
+def _identified(columns: Sequence[ColumnInfo]) -> bool:
+    """Whether the changes of a table with ``columns`` say which row they change: a replica
+    identity (a key, or the whole row under REPLICA IDENTITY FULL) is in them."""
+    return not columns or any(c.is_key for c in columns)
 
 
 def _last_key(batch: pa.RecordBatch) -> Key:

@@ -67,12 +67,14 @@ def schema_phase(
     *,
     on_schema_change: str,
     baseline_dag_id: str | None = None,
+    rows_outside: bool = False,
 ) -> tuple[TablePhase, str]:
     """The phase of ``table`` in ``destination`` after its answer ``decision`` (not Continue) to
     ``change`` (``SchemaDiff.describe``), and the reason to report: Rebaseline goes back to Init
     (``on_schema_change`` ``rebaseline``) or Errored with no retry (``fail``); Error goes
-    Errored, retried by hand once the destination's table is fixed."""
-    reason = f"table {table} changed its columns ({change})"
+    Errored, retried by hand once the destination's table is fixed. ``rows_outside``: ``change``
+    says how rows of the table changed outside the stream (``SchemaChange.outside``), not its columns."""
+    reason = f"table {table}: {change}" if rows_outside else f"table {table} changed its columns ({change})"
     if decision.reason:
         reason += f"; destination {destination}: {decision.reason}"
     if decision.answer is SchemaAnswer.REBASELINE:
@@ -88,3 +90,22 @@ def schema_phase(
         f"or {rebaseline_remedy(table, destination, baseline_dag_id)}"
     )
     return Errored(reason=reason, solution=solution, retry="manual", previous=previous.kind), reason
+
+
+def no_identity_phase(
+    table: str, source_table: str, destination: str, previous: TablePhase, baseline_dag_id: str | None = None
+) -> tuple[TablePhase, str]:
+    """Errored, with no retry, for a table whose changes carry no replica identity any more (its
+    primary key dropped under REPLICA IDENTITY DEFAULT, or REPLICA IDENTITY NOTHING; DESIGN §2
+    rule 7): no destination can tell its rows apart, and a baseline of it would be just as blind.
+    The remedy gives it an identity again, then rebaselines it; the reason to report."""
+    reason = (
+        f"table {table} has no replica identity any more (no primary key under REPLICA IDENTITY DEFAULT, "
+        "or REPLICA IDENTITY NOTHING): the source refuses its UPDATE and DELETE statements, and destination "
+        f"{destination} cannot tell its rows apart"
+    )
+    solution = (
+        f"ALTER TABLE {source_table} REPLICA IDENTITY FULL; (or give it a primary key again), then "
+        + rebaseline_remedy(table, destination, baseline_dag_id)
+    )
+    return Errored(reason=reason, solution=solution, retry="none", previous=previous.kind), reason

@@ -7,18 +7,28 @@ from collections.abc import Sequence
 
 from psycopg import sql
 
-from airflow_provider_pgsync.baseline.partitions import CTID_COLUMN
+from airflow_provider_pgsync.baseline.partitions import CTID_COLUMN, LEAF_COLUMN
 from airflow_provider_pgsync.source import row_condition as rc
+from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 
 
 def base_query(
-    table: PublishedTable, reads: Sequence[ColumnRead], condition: rc.Condition | None = None
+    table: PublishedTable,
+    reads: Sequence[ColumnRead],
+    condition: rc.Condition | None = None,
+    leaves: Sequence[TableRef] = (),
 ) -> sql.Composed:
     """The table as the subquery each partition reads: ``ctid`` and each column as its read
     projects it, with the publication's row filter (so base and stream hold the same rows)
-    and, for a backfill, its ``condition``; both rendered from their tokens or tree."""
+    and, for a backfill, its ``condition``; both rendered from their tokens or tree.
+
+    With ``leaves`` (a partitioned table's leaf partitions, as the baseline's snapshot sees them)
+    the subquery is a ``UNION ALL`` of each leaf read alone (``FROM ONLY``, under the table's
+    column names, whatever the leaf's column order), numbered in ``LEAF_COLUMN`` by its position:
+    a partition's predicate on that number leaves PostgreSQL only its own leaf to scan (a
+    partitioned table has no ctid of its own to split)."""
     items = [sql.SQL("ctid AS {}").format(sql.Identifier(CTID_COLUMN))]
     items += [
         sql.SQL("{} AS {}").format(
@@ -27,9 +37,21 @@ def base_query(
         for r in reads
     ]
     where = where_clause(table, condition)
-    return sql.SQL("(SELECT {} FROM {}{}) AS pgsync_base").format(
-        sql.SQL(", ").join(items), table.table.identifier, where
-    )
+    if not leaves:
+        return sql.SQL("(SELECT {} FROM {}{}) AS pgsync_base").format(
+            sql.SQL(", ").join(items), table.table.identifier, where
+        )
+    branches = [
+        sql.SQL("SELECT {} AS {}, {} FROM ONLY {}{}").format(
+            sql.Literal(number),
+            sql.Identifier(LEAF_COLUMN),
+            sql.SQL(", ").join(items),
+            leaf.identifier,
+            where,
+        )
+        for number, leaf in enumerate(leaves)
+    ]
+    return sql.SQL("({}) AS pgsync_base").format(sql.SQL(" UNION ALL ").join(branches))
 
 
 def where_clause(table: PublishedTable, condition: rc.Condition | None = None) -> sql.Composable:

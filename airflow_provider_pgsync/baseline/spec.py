@@ -19,7 +19,8 @@ class BaselineJobSpec:
     it (``baseline/arrow_copy.py``). ``keys`` identify a row (none: the whole row does). The
     job splits the table's ``blocks`` into ctid ranges of about ``target_partition_bytes`` of
     its ``table_bytes``, as many as fit its cluster's task slots; the ``session`` statements
-    join every partition's connection to the snapshot. With ``stage_as`` (a backfill's id) the
+    join every partition's connection to the snapshot; a partitioned table's ``leaves`` are read
+    each alone, whole or in ctid ranges. With ``stage_as`` (a backfill's id) the
     job only stages the rows for apply (``LakeDestination.backfill_dir``) and leaves the base
     and the catalog alone.
 
@@ -56,6 +57,10 @@ class BaselineJobSpec:
     pg_query: str = ""
     passfile: str = ""
     passfile_shipped: bool = False
+    leaves: tuple[tuple[str, int, int], ...] = ()
+    """A partitioned table's leaf partitions in the snapshot, ``(name, blocks, bytes)`` each, in the
+    order the queries number them (``baseline/plan.py``); the job plans its partitions over them
+    (``leaf_predicates``). Empty: the table is read by ctid ranges of its own."""
 
     @property
     def session_init(self) -> str:
@@ -72,6 +77,7 @@ class BaselineJobSpec:
         data["destinations"] = tuple(data["destinations"])
         data["session"] = tuple(data["session"])
         data["keys"] = tuple(data.get("keys", ()))
+        data["leaves"] = tuple((str(n), int(b), int(s)) for n, b, s in data.get("leaves", ()))
         return cls(**data)
 
 

@@ -44,6 +44,9 @@ _R, _T, _Y, _O, _M = ord("R"), ord("T"), ord("Y"), ord("O"), ord("M")
 _RARE = (_R, _T, _Y, _O, _M)
 _PG_EPOCH_UNIX_US = 946_684_800_000_000
 _OPS = np.frombuffer(b"IUDT", dtype=np.uint8)  # op codes 0..3 -> letters
+IGNORED = -1
+"""The schema version ``version_of`` gives a relation the pipeline does not follow: its changes
+are counted in ``ColumnBatcher.skipped`` and left out."""
 
 
 @dataclass(frozen=True)
@@ -57,8 +60,11 @@ class TableVersion:
 
     @classmethod
     def of(cls, relation: Relation, version: int) -> TableVersion:
-        """Raises ConfigError when a column name collides with a changelog column."""
+        """Raises ConfigError when a column name collides with a changelog column (not for a
+        relation the pipeline does not follow: ``IGNORED``, no segment schema)."""
         table = TableRef(relation.namespace, relation.relation_name)
+        if version == IGNORED:
+            return cls(relation, version, pa.schema([]))
         return cls(relation, version, segment_schema(columns_of(relation), table=table))
 
     @property
@@ -82,9 +88,13 @@ class ColumnBatcher:
     """Turns successive fetches of a peek into per-table column batches.
 
     ``version_of`` is asked for the schema version of each Relation message (capture
-    starts a new version when the columns changed); ``on_message`` gets each logical message
+    starts a new version when the columns changed; ``IGNORED`` for a relation whose changes
+    are left out, counted by name in ``skipped``); ``on_message`` gets each logical message
     (the source's DDL trigger writes them) and the xid of its transaction (widened as below),
-    in stream order with the Relations. Transactions
+    in stream order with the Relations; when it returns a ``TableVersion``, that version of its
+    relation starts at the message, with a marker row there (op ``T``, every column null) that
+    says rows of the table changed outside the stream (the version's change says how; apply
+    never hands the marker to a destination: ``apply/run.py``). Transactions
     whose commit LSN is below ``skip_before`` are durable already (a re-run after a crash)
     and are dropped.
 
@@ -102,7 +112,7 @@ class ColumnBatcher:
         *,
         skip_before: int = 0,
         xid_reference: int | None = None,
-        on_message: Callable[[LogicalMessage, int], None] | None = None,
+        on_message: Callable[[LogicalMessage, int], TableVersion | None] | None = None,
     ) -> None:
         self.version_of = version_of
         self.on_message = on_message
@@ -114,6 +124,7 @@ class ColumnBatcher:
         self.changes = 0
         self.transactions = 0
         self.last_end_lsn: int | None = None
+        self.skipped: dict[str, int] = {}
 
     def feed(self, payloads: Sequence[bytes]) -> list[tuple[TableVersion, pa.Table]]:
         """Column batches of the changes in ``payloads``, one per table version, in order."""
@@ -215,7 +226,7 @@ class ColumnBatcher:
     ) -> tuple[dict[int, list[tuple[int, TableVersion]]], list[tuple[int, Truncate]]]:
         """Relations (by relation id: where each takes effect) and truncates, read one by one;
         logical messages go to ``on_message`` with their transaction's xid, in stream order
-        (unless ``done``)."""
+        (unless ``done``), and a version it starts is a Relation and a truncate (the marker) at once."""
         relation_at: dict[int, list[tuple[int, TableVersion]]] = {}
         truncates: list[tuple[int, Truncate]] = []
         for index, was_done, xid in zip(rare.tolist(), done.tolist(), in_xids.tolist(), strict=True):
@@ -229,7 +240,13 @@ class ColumnBatcher:
                 truncates.append((index, message))
             elif isinstance(message, LogicalMessage):
                 if self.on_message is not None and not was_done:
-                    self.on_message(message, int(xid))
+                    marker = self.on_message(message, int(xid))
+                    if marker is not None:
+                        if depth[index] != 1:
+                            raise Fallback("a marker outside a transaction")
+                        relid = marker.relation.relation_id
+                        relation_at.setdefault(relid, []).append((index, marker))
+                        truncates.append((index, Truncate(None, 0, (relid,))))
             elif not isinstance(message, Type | Origin):  # pragma: no cover
                 raise Fallback(f"unexpected {type(message).__name__}")
         return relation_at, truncates
@@ -257,12 +274,18 @@ class ColumnBatcher:
         for relid in np.unique(relids).tolist():
             at = changes[relids == relid]
             for tv, part in self._split_by_version(int(relid), at, relation_at):
-                group(tv)[1].append(part)
+                if tv.version == IGNORED:
+                    self._skip(tv, len(part))
+                else:
+                    group(tv)[1].append(part)
         for index, truncate in truncates:
             first = int(seq_end[index]) - len(truncate.relation_ids)
             for j, relid in enumerate(truncate.relation_ids):
                 tv = self._version_at(relid, index, relation_at)
-                group(tv)[2].append((index, first + j))
+                if tv.version == IGNORED:
+                    self._skip(tv, 1)
+                else:
+                    group(tv)[2].append((index, first + j))
         # the relations known at the end of the fetch carry over to the next one
         for relid, entries in relation_at.items():
             self.relations[relid] = entries[-1][1]
@@ -278,6 +301,10 @@ class ColumnBatcher:
                 found = _with_truncates(found, positions, trunc, tix)
             out.append((tv, found))
         return out
+
+    def _skip(self, tv: TableVersion, changes: int) -> None:
+        name = str(tv.table)
+        self.skipped[name] = self.skipped.get(name, 0) + changes
 
     def _split_by_version(
         self, relid: int, at: np.ndarray, relation_at: dict[int, list[tuple[int, TableVersion]]]
@@ -303,7 +330,7 @@ class ColumnBatcher:
     ) -> TableVersion:
         current = self.relations.get(relid)
         for at, tv in relation_at.get(relid, []):
-            if at < index:
+            if at <= index:  # (the same index: a marker, ``_rare_messages``)
                 current = tv
         if current is None:
             raise Fallback(f"a change of relation {relid} before its Relation message")

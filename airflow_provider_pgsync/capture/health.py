@@ -25,6 +25,15 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
         "back to Init, then triggers their rebaseline; changes from the time the slot was missing "
         "reach the destinations only through that rebaseline"
     )
+    if state.slot_name is not None and state.slot_name != slot_name:
+        # first: whatever the new slot's state, the pipeline's changes are in the other one
+        old = state.slot_name
+        return SlotProblem(
+            f"the pipeline state was built from slot {old}, not {slot_name}",
+            f"configure slot {old} again (capture goes on from it), or keep {slot_name}: {rebaseline}; "
+            f"then drop slot {old} if nothing else reads it (PgDropSlotOperator, or SELECT "
+            f"pg_drop_replication_slot('{old}')), so that the source stops keeping WAL for it",
+        )
     if info is None:
         return SlotProblem(f"replication slot {slot_name} does not exist", rebaseline)
     if info.lost:
@@ -33,11 +42,6 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
             "it still needed, probably because of max_slot_wal_keep_size",
             f"drop the slot (PgDropSlotOperator, or SELECT pg_drop_replication_slot('{slot_name}')), then "
             f"{rebaseline}; run capture more often or raise max_slot_wal_keep_size",
-        )
-    if state.slot_name is not None and state.slot_name != slot_name:
-        return SlotProblem(
-            f"the pipeline state was built from slot {state.slot_name}, not {slot_name}",
-            f"configure slot {state.slot_name} again, or rebaseline every table on slot {slot_name}",
         )
     expected = state.last_end_lsn or state.slot_creation_lsn
     confirmed = info.confirmed_flush_lsn
@@ -49,6 +53,21 @@ def slot_problem(state: PipelineState, slot_name: str, info: SlotInfo | None) ->
             rebaseline,
         )
     return None
+
+
+def source_behind(state: PipelineState, flush: LSN) -> str | None:
+    """Why capture must not peek when the source's WAL (flushed up to ``flush``) is behind what the
+    pipeline captured: every transaction would look durable already and be skipped. None when it
+    is not behind."""
+    if state.last_end_lsn is None or flush >= state.last_end_lsn:
+        return None
+    return (
+        f"the source's WAL ends at {flush}, before {state.last_end_lsn}, where pipeline {state.pipeline!r} "
+        "captured up to: this is not the server the pipeline captured from (a server restored from a "
+        "backup, or a connection pointing at another server); nothing was captured. Check the source "
+        "connection; if that server is the source now, run the pipeline's teardown DAG and then its "
+        "setup DAG (a new state and slot: every table is baselined again)"
+    )
 
 
 SETUP_FIRST = (

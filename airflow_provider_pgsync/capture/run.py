@@ -22,10 +22,17 @@ import time
 from dataclasses import dataclass, field
 
 from airflow_provider_pgsync.capture.columns import arrow_payloads
-from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem
+from airflow_provider_pgsync.capture.dropped import (
+    drop_warnings,
+    followed_oids,
+    skipped_warning,
+    with_catalog_drops,
+)
+from airflow_provider_pgsync.capture.health import SlotProblem, slot_problem, source_behind
 from airflow_provider_pgsync.capture.worker import Decoder, DecodeResult, DecodeWriter, ProcessDecodeWriter
-from airflow_provider_pgsync.errors import ConfigError, SlotError, StateConflictError
+from airflow_provider_pgsync.errors import ConfigError, SlotError, StateConflictError, StateError
 from airflow_provider_pgsync.failpoints import fail_point, pause_point
+from airflow_provider_pgsync.hooks.catalog import names_by_oid
 from airflow_provider_pgsync.hooks.ddl_trigger import ddl_catalog
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook, SlotInfo
 from airflow_provider_pgsync.hooks.run_locks import HeldLock
@@ -131,8 +138,13 @@ def _capture(
         state = state.with_slot(*adopt)
     with hook.connect() as conn:  # before the peek's bound: see DecodeWriter.version_of
         catalog = ddl_catalog(conn, [t.source_table for t in state.tables.values()])
+        followed = followed_oids(state)  # those gone now were dropped before the bound (capture/dropped.py)
+        gone = set(followed) - set(names_by_oid(conn, followed))
     positions = hook.wal_positions()  # the peek's bound and the 64-bit xid reference, read together
     upto = positions.flush
+    behind = source_behind(state, upto)
+    if behind is not None:
+        raise StateError(behind)
     start = info.confirmed_flush_lsn
     in_worker = upto - start >= settings.worker_from_bytes
     log.info(
@@ -165,9 +177,12 @@ def _capture(
         pause_point("capture_before_state_write")  # segments written; state and slot not yet moved
 
         idle = decoded.payloads < settings.max_changes
+        if idle and gone:  # every change up to the bound is read: those tables' are all captured
+            decoded = with_catalog_drops(decoded, state, gone, upto)
         target = _advance_target(decoded, idle, upto)
         previous = state.last_end_lsn
-        if target is not None and (previous is None or target > previous or decoded.segments):
+        moved = previous is None or (target is not None and target > previous)
+        if target is not None and (moved or decoded.segments or decoded.tables):
             fail_point("before_state_write")
             state = _save_capture(store, loaded, decoded, target, lock, adopt=adopt)
             fail_point("after_state_write")
@@ -190,6 +205,10 @@ def _capture(
         upto_lsn=upto,
     )
     _log_result(result, slot, decoded)
+    for warning in [skipped_warning(state, n, c, gone) for n, c in sorted(decoded.skipped.items())]:
+        log.warning("%s", warning)
+    for warning in drop_warnings(state, decoded.tables):
+        log.warning("%s", warning)
     return result
 
 

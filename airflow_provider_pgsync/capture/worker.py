@@ -10,6 +10,7 @@ next rows. A small backlog is decoded in place: starting a process would cost mo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -27,24 +28,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_pgsync.capture.columns import ColumnBatcher, TableVersion, columns_of
+from airflow_provider_pgsync.capture.columns import IGNORED, ColumnBatcher, TableVersion, columns_of
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.errors import PgSyncError, StateError
+from airflow_provider_pgsync.errors import PgSyncError
 from airflow_provider_pgsync.failpoints import EXIT_CODE, fail_point
-from airflow_provider_pgsync.pgoutput import LogicalMessage, Relation
+from airflow_provider_pgsync.pgoutput import LogicalMessage, Relation, RelationColumn
 from airflow_provider_pgsync.source.ddl import (
     DDL_PREFIX,
+    DROP_PREFIX,
     REWRITE_PREFIX,
     TableColumns,
     parse_columns,
+    parse_drop,
     parse_rewrite,
 )
 from airflow_provider_pgsync.source.names import TableRef
+from airflow_provider_pgsync.source.partition_events import (
+    PARTITIONS_PREFIX,
+    TRUNCATE_PREFIX,
+    parse_partition_event,
+)
 from airflow_provider_pgsync.state.model import (
     ColumnInfo,
     PipelineState,
     SchemaChange,
     SegmentInfo,
+    SourceDrop,
     TableState,
 )
 
@@ -67,6 +76,8 @@ class DecodeResult:
     segments: tuple[SegmentInfo, ...]
     tables: dict[str, TableState] = field(default_factory=dict)
     rows_by_table: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Changes of tables the pipeline does not follow, by name: left out (``version_of``)."""
 
 
 class Decoder(Protocol):
@@ -124,8 +135,18 @@ class DecodeWriter:
 
     def version_of(self, relation: Relation) -> int:
         """The schema version of a Relation message: a new one when its columns changed, or
-        when DDL since the last one may have changed rows (``TableState.with_relation``)."""
+        when DDL since the last one may have changed rows (``TableState.with_relation``);
+        ``IGNORED`` for a table the pipeline does not follow.
+
+        Such Relations are no error: with ``publish_via_partition_root`` pgoutput sends a
+        partition's Relation beside its root's (the changes carry the root's OID), a table
+        taken out of the pipeline's config leaves changes in the slot that were decoded before
+        setup took it out of the publication, and a table created under the name of a followed
+        table that was dropped (or renamed) is another table. Their changes are left out and
+        counted (capture's log says why, ``capture/dropped.py``)."""
         current = self._table_state_for(relation)
+        if current is None:
+            return IGNORED
         key = current.key
         self.keys[relation.relation_id] = current.table
         catalog = None
@@ -143,18 +164,30 @@ class DecodeWriter:
             self.version_changes[version] = change
         return updated.schema_version
 
-    def on_message(self, message: LogicalMessage, xid: int) -> None:
-        """Take a message of the source's DDL trigger into the state of its table."""
+    def on_message(self, message: LogicalMessage, xid: int) -> TableVersion | None:
+        """Take a message of the source's DDL trigger into the state of its table; a schema version
+        it starts there (``ColumnBatcher``: rows changed outside the stream), or None."""
+        if message.prefix in (PARTITIONS_PREFIX, TRUNCATE_PREFIX):
+            return self._partition_event(message, xid)
         if message.prefix == REWRITE_PREFIX:
             rewrite = parse_rewrite(message.content)
             self.rewrites[rewrite.oid] = self.rewrites.get(rewrite.oid, 0) | rewrite.reason
-            return
+            return None
+        if message.prefix == DROP_PREFIX:
+            drop = parse_drop(message.content)
+            gone = self._followed(drop.oid, drop.table)
+            if gone is not None and gone.relation_id in (None, drop.oid):
+                # after every change of the table in the stream: all of them are captured; the OID
+                # is kept, so that a table created later under its name is never taken for it
+                gone = gone.with_source(drop.oid, gone.source_table)
+                self.tables[gone.key] = gone.with_dropped(SourceDrop(drop.oid, message.lsn))
+            return None
         if message.prefix != DDL_PREFIX:
-            return
+            return None
         facts = parse_columns(message.content)
         current = self._followed(facts.oid, facts.table)
         if current is None:
-            return  # a table of another pipeline
+            return None  # a table of another pipeline
         key = current.key
         # a rewrite's message comes first in the same transaction (table_rewrite fires before
         # ddl_command_end); a typed table rewritten by ALTER TYPE gets no such message, but its
@@ -165,31 +198,58 @@ class DecodeWriter:
             # given to Relations before it are not proven
             change = change.with_unproven(f"a DDL on {key} raced with capture's catalog read")
         self.tables[key] = current.with_ddl(change)
+        return None
 
-    def _table_state_for(self, relation: Relation) -> TableState:
+    def _partition_event(self, message: LogicalMessage, xid: int) -> TableVersion | None:
+        """A change of a followed partitioned table's partitions (``source/partition_events.py``).
+        One that changed rows outside the stream (a partition attached with rows, detached with
+        rows, dropped or truncated) starts a new schema version of the table here, with the
+        table's columns as the message gives them and a change that says why
+        (``SchemaChange.outside``): from there each destination takes the table back through
+        baseline (apply). Any other (a new partition, an empty one attached or detached) changes
+        nothing: the partitions' later changes stream through the table."""
+        event = parse_partition_event(message.prefix, message.content)
+        root = event.root
+        current = self._followed(root.oid, root.table)
+        if current is None:
+            return None  # a table of another pipeline
+        why = event.rows_outside
+        if not why:
+            log.info("table %s: %s: its changes stream through the table", current.key, event.describe())
+            return None
+        log.warning("table %s: %s; it goes back to baseline in every destination", current.key, why)
+        if current.relation_id != root.oid or current.source_table != root.table:
+            current = current.with_source(root.oid, root.table)
+        change = (current.ddl or SchemaChange()).joined(SchemaChange(root.columns, xids=(xid,), outside=why))
+        updated = dataclasses.replace(
+            current, columns=root.columns, schema_version=current.schema_version + 1, ddl=None
+        )
+        key = current.key
+        self.tables[key] = updated
+        self.keys[root.oid] = current.table
+        version = (key, updated.schema_version)
+        self.version_columns[version] = updated.columns
+        self.version_changes[version] = dataclasses.replace(change, columns=None)
+        relation = Relation(
+            None,
+            root.oid,
+            root.table.schema,
+            root.table.name,
+            "d",
+            tuple(RelationColumn(int(c.is_key), c.name, c.type_oid, c.type_modifier) for c in root.columns),
+        )
+        return TableVersion.of(relation, updated.schema_version)
+
+    def _table_state_for(self, relation: Relation) -> TableState | None:
         """The pipeline's table a Relation message describes, with its relation OID and source name
         recorded: the table followed by that OID (renamed in the source or not), else the table of
-        that name (in a state that has no OID for it yet)."""
+        that name (in a state that has no OID for it yet); None for a table it does not follow,
+        also one under the name of a followed table that has another OID (that one was dropped or
+        renamed: ``_followed``)."""
         name = TableRef(relation.namespace, relation.relation_name)
         current = self._followed(relation.relation_id, name)
         if current is None:
-            named = self._table(str(name))
-            if named is not None:
-                raise StateError(
-                    f"table {name} (relation OID {relation.relation_id}) is in the publication, but "
-                    f"pipeline {self.state.pipeline!r} follows {named.key} as relation OID "
-                    f"{named.relation_id}: the table of that name was replaced; nothing was captured. If "
-                    "the followed table was dropped, run the pipeline's setup (it then follows the table "
-                    "now of that name) and rebaseline the table; if it was renamed (the pipeline follows "
-                    "it) and the new table was published by hand, remove the new one from the publication "
-                    "and run the teardown and setup DAGs (a new slot; every table is baselined again)"
-                )
-            raise StateError(
-                f"table {name} (relation OID {relation.relation_id}) is in the publication but not in "
-                f"pipeline {self.state.pipeline!r}; nothing was captured: run the pipeline's setup so "
-                "that its publication and its tables agree (add the table to the pipeline's tables, or "
-                "remove it from the publication)"
-            )
+            return None
         if current.relation_id != relation.relation_id or current.source_table != name:
             if current.source_table != name:
                 log.warning("table %s is named %s in the source now (renamed there)", current.key, name)
@@ -226,6 +286,7 @@ class DecodeWriter:
             segments=segments,
             tables=changed,
             rows_by_table=dict(self.rows_by_table),
+            skipped=dict(self.batcher.skipped),
         )
 
     def close(self) -> None:

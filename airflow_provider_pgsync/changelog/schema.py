@@ -2,7 +2,11 @@
 
 A segment of a table with columns ``c1..cn`` has, in this order:
 
-- ``_op`` ``string`` not null: ``I``, ``U``, ``D`` or ``T`` (truncate; row columns null)
+- ``_op`` ``string`` not null: ``I``, ``U``, ``D`` or ``T`` (truncate; row columns null). The
+  ``T`` row that starts a schema version whose change has ``outside`` (its segment metadata) is
+  a marker, not a TRUNCATE: rows of the table changed outside the stream there (a partition
+  attached with rows, detached or truncated: ``source/partition_events.py``); apply never hands
+  it to a destination (``apply/run.py``: the table goes back to baseline)
 - ``_commit_lsn`` ``uint64`` not null: the LSN of the transaction's commit record
 - ``_seq`` ``int64`` not null: position of the change inside its transaction
 - ``_xid`` ``int64`` not null: the 64-bit transaction id (epoch << 32 | xid) of the
@@ -84,9 +88,13 @@ def segment_schema(columns: Sequence[ColumnInfo], *, table: TableRef | str | Non
         if name in generated:
             raise ConfigError(
                 f"column {name!r} of {where} has the name of a changelog column "
-                f"({', '.join(RESERVED)} or {OLD_KEY_PREFIX}<key column>): rename the column, or exclude "
-                "it from replication with a publication column list "
-                "(ALTER PUBLICATION ... SET TABLE <table> (<other columns>))"
+                f"({', '.join(RESERVED)} or {OLD_KEY_PREFIX}<key column>), so its changes cannot be "
+                "captured; nothing was captured. Rename the column in the source, or leave it out with "
+                "the table's columns in the pipeline's config. The table's changes already in the slot "
+                "still have that column: take the table out of the pipeline (remove it from the "
+                "pipeline's tables, run the setup DAG, then the teardown DAG with param tables naming "
+                "it), run the cdc DAG once (it leaves those changes out), then add the table back and "
+                "run the setup DAG, which baselines it again"
             )
     fields = [
         *_META_FIELDS,

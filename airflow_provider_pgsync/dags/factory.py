@@ -20,7 +20,9 @@ Per pipeline ``<name>``:
   ``PgCompactOperator`` per lake destination;
 - ``pgsync_<name>_reconcile`` (the config's ``reconcile.schedule``, manual by default):
   ``PgReconcileOperator`` over every table and destination;
-- ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state.
+- ``pgsync_<name>_teardown`` (manual; Param ``confirm``): drops slot, publication and state; with
+  Param ``tables`` (tables taken out of the config), only those tables' state, and with
+  ``drop_tables`` their destination tables too.
 
 Building a DAG touches no connection: the tasks connect when they run.
 """
@@ -396,20 +398,36 @@ def reconcile_dag(config: PipelineConfig) -> DAG:
 
 
 def teardown_dag(config: PipelineConfig) -> DAG:
-    """Drop slot, publication and state, once param ``confirm`` names the pipeline."""
+    """Drop slot, publication and state, once param ``confirm`` names the pipeline; or, with param
+    ``tables``, only those tables' state (and their destination tables with ``drop_tables``)."""
     doc = (
         f"### pgsync pipeline `{config.name}`: teardown\n\n"
         f"Set param `confirm` to `{config.name}`; otherwise the run fails before touching anything. "
         f"Then drops slot `{config.slot_name}` (the source stops keeping WAL for it), publication "
         f"`{config.publication_name}` and the pipeline state. The changelog and the destinations' "
-        "tables are kept; run setup again to start over (every table is baselined again)."
+        "tables are kept; run setup again to start over (every table is baselined again).\n\n"
+        "With param `tables` (tables already taken out of the config, setup run since): only those "
+        "tables are removed from the pipeline state (task `teardown_tables`); slot, publication and "
+        "the other tables stay and stream on. With `drop_tables` their destination tables are "
+        "dropped too, where the destination can (PostgreSQL; a custom destination with `drop_table`)."
     )
     with _dag(config, "teardown", doc, max_active_runs=1, params=dag_params.teardown_params(config)) as dag:
 
-        @task(task_id="check_confirmation")
-        def check_confirmation() -> None:
-            """Fail unless param ``confirm`` is the pipeline's name."""
-            dag_params.check_confirmation(config, get_current_context()["params"])
+        @task.branch(task_id="check_confirmation")
+        def check_confirmation() -> str:
+            """Fail unless param ``confirm`` is the pipeline's name and the other params can be run;
+            then go on with the whole pipeline's teardown, or that of the tables param ``tables`` names."""
+            params = get_current_context()["params"]
+            dag_params.check_confirmation(config, params)
+            tables, _ = dag_params.teardown_tables(config, params)
+            return "teardown_tables" if tables else "drop_slot"
+
+        @task(task_id="teardown_tables")
+        def teardown_tables() -> dict[str, Any]:
+            """Remove the tables of param ``tables`` from the pipeline (and, with ``drop_tables``,
+            drop their destination tables)."""
+            tables, drop = dag_params.teardown_tables(config, get_current_context()["params"])
+            return tasks.teardown_tables(config, tables, drop_tables=drop)
 
         @task(task_id="drop_publication")
         def drop_publication() -> bool:
@@ -422,5 +440,7 @@ def teardown_dag(config: PipelineConfig) -> DAG:
             return tasks.delete_state(config)
 
         drop_slot = PgDropSlotOperator(task_id="drop_slot", **config.slot_kwargs())
-        check_confirmation() >> drop_slot >> drop_publication() >> delete_state()
+        checked = check_confirmation()
+        checked >> drop_slot >> drop_publication() >> delete_state()
+        checked >> teardown_tables()
     return dag

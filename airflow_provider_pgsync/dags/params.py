@@ -2,9 +2,10 @@
 
 Nothing destructive is chosen by default: the baseline DAG's ``tables`` and ``mode`` have no
 default (the form asks for both, and Airflow refuses a run without them), and teardown needs
-the pipeline's name typed in. The checks run again in the DAGs' first task, so a bad or
-missing value fails the run before anything is touched, with an error naming the param and
-what to choose.
+the pipeline's name typed in (also to tear down only some tables, param ``tables``, which must
+no longer be in the config; ``drop_tables`` drops their destination tables too). The checks run
+again in the DAGs' first task, so a bad or missing value fails the run before anything is
+touched, with an error naming the param and what to choose.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from airflow.sdk import Param
 
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
-from airflow_provider_pgsync.source.names import shown
+from airflow_provider_pgsync.source.names import TableRef, shown
 from airflow_provider_pgsync.source.row_condition import SAFE_GRAMMAR, parse_condition
 from airflow_provider_pgsync.source.sql_tokens import MAX_LENGTH
 
 MODES = ("rebaseline", "backfill")
+TABLE_NAME_CHARS = 300
+"""The longest table name the teardown form takes: two quoted 63-byte identifiers fit."""
 
 
 def baseline_params(config: PipelineConfig) -> dict[str, Param]:
@@ -173,7 +176,8 @@ def _known(config: PipelineConfig, table: str) -> bool:
 
 
 def teardown_params(config: PipelineConfig) -> dict[str, Param]:
-    """``confirm``: must be the pipeline's name for teardown to drop anything."""
+    """``confirm``: must be the pipeline's name for teardown to drop anything; ``tables`` (default
+    none: the whole pipeline) and ``drop_tables`` (default false) tear down only some tables."""
     return {
         "confirm": Param(
             "",
@@ -181,10 +185,74 @@ def teardown_params(config: PipelineConfig) -> dict[str, Param]:
             title="Confirm",
             description=(
                 f"Type the pipeline name ({config.name}) to drop its replication slot, publication "
-                "and state. The changelog and the destinations' tables are kept."
+                "and state (or, with tables, those tables' state). The changelog and the destinations' "
+                "tables are kept (unless drop_tables)."
             ),
-        )
+        ),
+        "tables": Param(
+            [],
+            type="array",
+            items={"type": "string", "minLength": 1, "maxLength": TABLE_NAME_CHARS},
+            uniqueItems=True,
+            title="Tables",
+            description=(
+                "Empty (default): tear the whole pipeline down. Otherwise only these tables, taken out "
+                "of the pipeline's config first (and setup run, which takes them out of the "
+                "publication): their state is removed, the other tables stream on."
+            ),
+        ),
+        "drop_tables": Param(
+            False,
+            type="boolean",
+            title="Drop their destination tables",
+            description=(
+                "With tables only: also drop those tables in the destinations that can (PostgreSQL; a "
+                "custom destination with drop_table); the lake's are kept, and the log says how to drop them."
+            ),
+        ),
     }
+
+
+def teardown_tables(config: PipelineConfig, params: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """The tables param ``tables`` names for a teardown of those alone (empty: the whole pipeline)
+    and whether to drop their destination tables (``drop_tables``). ConfigError naming the param
+    for a value that cannot be run, or a table the config still lists."""
+    asked = params.get("tables") or []
+    if isinstance(asked, str) or not isinstance(asked, Sequence):
+        raise ConfigError(
+            f"param 'tables' must be a list of tables taken out of pipeline {config.name!r} (empty: the "
+            f"whole pipeline), not {shown(asked)}; nothing was dropped"
+        )
+    drop = params.get("drop_tables", False)
+    if drop is None:
+        drop = False
+    if not isinstance(drop, bool):
+        raise ConfigError(
+            f"param 'drop_tables' must be true or false, not {shown(drop)}; nothing was dropped"
+        )
+    keys = []
+    for table in asked:
+        if not isinstance(table, str) or len(table) > TABLE_NAME_CHARS:
+            raise ConfigError(f"param 'tables': {shown(table)} is not a table name; nothing was dropped")
+        try:
+            key = str(TableRef.parse(table))
+        except (ConfigError, ValueError):
+            raise ConfigError(
+                f"param 'tables': {shown(table)} is not a table name ('schema.table'); nothing was dropped"
+            ) from None
+        if _known(config, key):
+            raise ConfigError(
+                f"param 'tables': table {key} is still in pipeline {config.name!r}'s config; take it out "
+                "of the config and run the setup DAG first (it takes the table out of the publication), "
+                "then tear it down; nothing was dropped"
+            )
+        keys.append(key)
+    if drop and not keys:
+        raise ConfigError(
+            "param 'drop_tables' is for a teardown of some tables (param 'tables'); the whole pipeline's "
+            "teardown keeps the destinations' tables: clear it, or name the tables; nothing was dropped"
+        )
+    return list(dict.fromkeys(keys)), drop
 
 
 def check_confirmation(config: PipelineConfig, params: Mapping[str, Any]) -> None:

@@ -54,6 +54,7 @@ from airflow_provider_pgsync.destinations.lake_tables import (
     SEQ_COL,
     LakeTableMeta,
     added_column_type,
+    view_name,
 )
 from airflow_provider_pgsync.destinations.lake_values import text_to_arrow
 from airflow_provider_pgsync.errors import (
@@ -188,6 +189,17 @@ class LakeChanges(Destination):
                 f"lake table {table}: writing a segment to {folder} failed: {exc}"
             ) from exc
         self.files.publish_segment(table, opened.meta, staging, upto)  # only into the current lineage
+
+    def drop_table(self, table: TableRef) -> None:
+        """Not without Spark: the lake's tables are in the Spark catalog (DestinationError saying
+        what to drop by hand)."""
+        view = view_name(self.lake, table)
+        raise DestinationError(
+            f"lake destination {self.name}: table {table} is kept (its view {view} and table "
+            f"{self.lake.base_table(table)} are in the Spark catalog, which the teardown does not open): "
+            f"if it is no longer needed, DROP VIEW {view} and DROP TABLE {self.lake.base_table(table)} "
+            f"with spark-sql, then remove {self.lake.table_dir(table)}"
+        )
 
     def verify(self, table: TableRef, lineage: str) -> None:
         """The table's current generation is of baseline ``lineage`` and its base is there

@@ -48,6 +48,7 @@ from airflow_provider_pgsync.destinations import (
     postgres_keyless,
     postgres_steps,
 )
+from airflow_provider_pgsync.destinations.pg_ddl_lock import lock_ddl
 from airflow_provider_pgsync.destinations.pg_typedefs import FIRST_USER_OID, SourceCatalog
 from airflow_provider_pgsync.destinations.postgres_schema import change_replica_schema, follow_by_name
 from airflow_provider_pgsync.destinations.postgres_types import ReplicaTypes
@@ -376,6 +377,25 @@ class PostgresDestination(Destination):
             type_of=lambda column: self.new_type(table, column),
             before_drop=lambda name: postgres_create.drop_generated_using(self, table, name),
         )
+
+    def drop_table(self, table: TableRef) -> None:
+        """Drop the table (not what depends on it: a view of someone's keeps it, with the error
+        naming it) and forget its watermark row, in one transaction."""
+        try:
+            with self._conn.transaction():
+                lock_ddl(self._conn)
+                self._conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.identifier))
+                forget = sql.SQL("DELETE FROM {} WHERE destination = %s AND table_key = %s")
+                self._conn.execute(forget.format(self._watermarks), (self.name, str(table)))
+                postgres_guard.forget_writes(self._conn, self.control_schema, table)
+        except psycopg.OperationalError as exc:
+            raise _unavailable(self.name, f"dropping table {table}", exc) from exc
+        except psycopg.Error as exc:
+            raise DestinationError(
+                f"destination {self.name}: table {table} could not be dropped: "
+                f"{exc.diag.message_primary or exc}; it is kept"
+            ) from exc
+        log.info("destination %s: table %s dropped", self.name, table)
 
     def close(self) -> None:
         self._conn.close()

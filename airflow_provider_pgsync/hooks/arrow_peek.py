@@ -72,12 +72,16 @@ def slot_error(slot_name: str, sqlstate: str | None) -> SlotError | None:
     """The error of a peek that failed with ``sqlstate``, when the slot is the cause."""
     if sqlstate == _UNDEFINED_OBJECT:
         return SlotError(
-            f"replication slot {slot_name} does not exist: create it (PgCreateSlotOperator) "
-            "and rebaseline the tables, since changes before the new slot are not captured"
+            f"replication slot {slot_name} does not exist (dropped while capture started): nothing was "
+            "captured; run the pipeline's setup DAG: it creates the slot again, adopts it and sends every "
+            "table of every destination back to Init, then triggers their rebaseline (the changes from "
+            "the time the slot was missing reach the destinations only through it)"
         )
     if sqlstate == _OBJECT_IN_USE:
         return SlotError(
-            f"replication slot {slot_name} is active in another session: only one reader at a time"
+            f"replication slot {slot_name} is active in another session (pg_replication_slots.active_pid "
+            "names it): only one reader at a time; nothing was captured: if it is not pgsync's, stop "
+            "that consumer, then run capture again"
         )
     return None
 

@@ -6,6 +6,7 @@ Helpers of ``PgReplicationHook``; each takes an open psycopg connection.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -185,6 +186,46 @@ def relation_size(conn: psycopg.Connection[Any], table: TableRef) -> tuple[int, 
     ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1]), max(float(row[2]), 0.0)
+
+
+@dataclass(frozen=True)
+class LeafPartition:
+    """A leaf partition of a partitioned table, with what planning its reads needs."""
+
+    table: TableRef
+    bytes: int
+    rows: float
+    readable: bool
+    """The role may read it alone (SELECT on it; a plain table, not a foreign one)."""
+
+
+# Walks pg_inherits (not pg_partition_tree, whose catalog reads ignore the transaction's snapshot)
+# so that a baseline sees the leaves of its own snapshot.
+_LEAVES = """
+    WITH RECURSIVE tree(oid) AS (
+        SELECT %s::oid
+        UNION ALL
+        SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree t ON i.inhparent = t.oid
+    )
+    SELECT n.nspname::text, c.relname::text, coalesce(pg_catalog.pg_relation_size(c.oid), 0),
+           greatest(c.reltuples, 0)::float8,
+           c.relkind = 'r' AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
+    FROM tree t JOIN pg_catalog.pg_class c ON c.oid = t.oid
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.relkind <> 'p' AND c.oid <> %s::oid
+    ORDER BY n.nspname, c.relname
+"""
+
+
+def leaf_partitions(conn: psycopg.Connection[Any], table: TableRef) -> list[LeafPartition] | None:
+    """The leaf partitions of ``table`` as the transaction's snapshot sees them (sub-partitions'
+    leaves included), by name; None when ``table`` is not a partitioned table."""
+    oid = relation_oid(conn, table)
+    row = conn.execute("SELECT relkind::text FROM pg_catalog.pg_class WHERE oid = %s", (oid,)).fetchone()
+    if row is None or row[0] != "p":
+        return None
+    rows = conn.execute(_LEAVES, (oid, oid)).fetchall()
+    return [LeafPartition(TableRef(r[0], r[1]), int(r[2]), float(r[3]), bool(r[4])) for r in rows]
 
 
 _TYPE = """

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from airflow_provider_pgsync.source import partition_events
 from airflow_provider_pgsync.source.ddl import (
     ACTIVE_SQL,
     CATALOG_SQL,
@@ -27,11 +28,45 @@ def install_ddl_trigger(conn: psycopg.Connection[Any]) -> bool:
     try:
         with conn.transaction():
             conn.execute(INSTALL_SQL)  # a constant script, no parameters
+            conn.execute(partition_events.INSTALL_SQL)  # likewise
     except psycopg.errors.InsufficientPrivilege as exc:
         log.warning("DDL trigger not installed (%s): %s", exc.diag.message_primary, NOT_ACTIVE)
         return False
-    log.info("DDL trigger installed: event triggers pgsync_ddl_end and pgsync_table_rewrite")
+    log.info("DDL trigger installed: event triggers pgsync_ddl_end, pgsync_table_rewrite, pgsync_table_drop")
     return True
+
+
+def follow_partitions(conn: psycopg.Connection[Any], tables: Iterable[TableRef]) -> list[TableRef]:
+    """Give each partitioned table of ``tables`` and its leaf partitions the truncate triggers of
+    ``source/partition_events.py`` (idempotent); the tables followed. Nothing (with a warning)
+    when the DDL trigger is not installed or the role may not create the triggers."""
+    row = conn.execute(ACTIVE_SQL).fetchone()
+    if row is None or not row[0]:
+        return []
+    names = [str(t) for t in tables]
+    partitioned = conn.execute(
+        "SELECT c.oid::int8, n.nspname::text, c.relname::text FROM unnest(%s::text[]) x"
+        " JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(x)"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'p'",
+        (names,),
+    ).fetchall()
+    followed = []
+    for oid, schema, name in partitioned:
+        try:
+            with conn.transaction():
+                conn.execute(partition_events.follow_sql(int(oid)))
+        except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction) as exc:
+            log.warning(
+                "partitioned table %s: its truncate triggers were not made (%s): a TRUNCATE of one of "
+                "its partitions would not be seen; run the setup DAG as a superuser",
+                TableRef(schema, name),
+                exc.diag.message_primary,
+            )
+            continue
+        followed.append(TableRef(schema, name))
+    if followed:
+        log.info("partitioned tables followed (partition triggers): %s", ", ".join(map(str, followed)))
+    return followed
 
 
 def ddl_catalog(conn: psycopg.Connection[Any], tables: Iterable[TableRef]) -> dict[int, TableColumns] | None:

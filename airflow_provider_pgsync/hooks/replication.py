@@ -365,6 +365,7 @@ class PgReplicationHook(PostgresHook):
         existing = self.slot_info(name)
         if existing is None:
             with self.connect() as conn:
+                self._warn_of_prepared(conn, name)
                 try:
                     row = conn.execute(
                         "SELECT lsn FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (name,)
@@ -385,6 +386,21 @@ class PgReplicationHook(PostgresHook):
             )
         self.log.info("replication slot %s exists (confirmed %s)", name, existing.confirmed_flush_lsn)
         return SlotCreation(name, False, None)
+
+    def _warn_of_prepared(self, conn: psycopg.Connection[Any], slot: str) -> None:
+        """Log the prepared transactions a new slot's creation waits for: PostgreSQL creates a
+        logical slot only once every transaction running when it began has ended, prepared ones
+        (of any database) included, so a forgotten one makes it wait without end."""
+        rows = conn.execute(
+            "SELECT gid, database::text, prepared::text FROM pg_prepared_xacts ORDER BY prepared LIMIT 10"
+        ).fetchall()
+        if rows:
+            self.log.warning(
+                "creating replication slot %s waits until these prepared transactions are committed or "
+                "rolled back (COMMIT PREPARED or ROLLBACK PREPARED '<gid>', in their database): %s",
+                slot,
+                "; ".join(f"{gid!r} in database {db} since {at}" for gid, db, at in rows),
+            )
 
     def drop_slot(self, slot_name: str) -> bool:
         """Drop the slot if it exists; returns whether it existed. An active slot is an error."""

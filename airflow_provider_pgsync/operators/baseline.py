@@ -32,7 +32,14 @@ from airflow_provider_pgsync.errors import (
     PgSyncError,
     SlotError,
 )
-from airflow_provider_pgsync.hooks.catalog import column_infos, identity_columns, relation_size, table_columns
+from airflow_provider_pgsync.hooks.catalog import (
+    LeafPartition,
+    column_infos,
+    identity_columns,
+    leaf_partitions,
+    relation_size,
+    table_columns,
+)
 from airflow_provider_pgsync.hooks.connections import (
     check_connections,
     destination_connections,
@@ -370,8 +377,10 @@ class PgBaselineOperator(BaseOperator):
     ) -> tuple[TableRef, PublishedTable]:
         """The pipeline's name of ``table`` (its state key and destination tables) and its entry
         under its name in the source now: a table renamed in the source is followed by the
-        relation OID the state records (``state.followed``)."""
+        relation OID the state records (``state.followed``); StateError when the table it follows
+        was dropped there (``FollowedTable.check_present``)."""
         followed = hook.follow_tables([table.table], store.load(self.pipeline))[0]
+        followed.check_present(self.pipeline)
         if followed.renamed:
             self.log.info("table %s is named %s in the source (renamed there)", followed.key, followed.source)
         return followed.key, dataclasses.replace(table, table=followed.source)
@@ -426,7 +435,11 @@ class PgBaselineOperator(BaseOperator):
         columns = table_columns(conn, table.table, table.columns)
         reads = spark_reads(columns, str(table.table))
         size, block_size, rows = relation_size(conn, table.table)
-        query = base_query(table, reads, condition).as_string(conn)
+        leaves = self._leaves(conn, table.table)
+        if leaves:
+            size, rows = sum(leaf.bytes for leaf in leaves), sum(leaf.rows for leaf in leaves)
+        names = [leaf.table for leaf in leaves]
+        query = base_query(table, reads, condition, names).as_string(conn)
         session = (
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY",
             sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot.snapshot)).as_string(conn),
@@ -438,7 +451,7 @@ class PgBaselineOperator(BaseOperator):
             *TEXT_OUTPUT,
         )
         fast = arrow_reads(reads) if self.copy_path == "auto" else None
-        arrow_query = base_query(table, fast, condition).as_string(conn) if fast else ""
+        arrow_query = base_query(table, fast, condition, names).as_string(conn) if fast else ""
         url, user, _ = hook.jdbc_target()
         self.log.info(
             "%s %s: %d columns, %.1f MB, %s",
@@ -467,7 +480,33 @@ class PgBaselineOperator(BaseOperator):
             keys=identity_columns(conn, table.table),
             stage_as=stage_as,
             lineage=lineage,
+            leaves=tuple((str(p.table), math.ceil(p.bytes / block_size), p.bytes) for p in leaves),
         )
+
+    def _leaves(self, conn: Any, table: TableRef) -> list[LeafPartition]:
+        """The leaf partitions a partitioned ``table`` is read by, in the snapshot (``conn`` is in
+        its transaction); none for another table, or (with a warning) when the role may not read
+        each leaf alone: then the table is read through its root by one partition."""
+        leaves = leaf_partitions(conn, table)
+        if leaves is None:
+            return []
+        unreadable = [str(leaf.table) for leaf in leaves if not leaf.readable]
+        if unreadable:
+            self.log.warning(
+                "baseline %s: partitioned table read through its root by one Spark partition: the role "
+                "cannot read these leaf partitions alone (no SELECT on them, or not plain tables): %s; "
+                "GRANT SELECT on them to read the leaves in parallel",
+                table,
+                ", ".join(unreadable),
+            )
+            return []
+        self.log.info(
+            "baseline %s: partitioned table, %d leaf partition(s) in the snapshot: %s",
+            table,
+            len(leaves),
+            ", ".join(f"{leaf.table} ({leaf.bytes / 1e6:.1f} MB)" for leaf in leaves) or "none",
+        )
+        return leaves
 
     def _conn_ids(self) -> list[str]:
         """The Airflow connections a Spark job of this operator uses: the source's and its replicas'."""

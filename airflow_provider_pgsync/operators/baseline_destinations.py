@@ -105,10 +105,11 @@ class ReplicaBaselines:
         if not entries:
             return spec
         as_they_are = [ColumnRead(c.name, "{col}", "native", "string") for c in columns]
+        leaves = [TableRef.parse(leaf) for leaf, _, _ in spec.leaves]  # a partitioned table's, as planned
         return dataclasses.replace(
             spec,
             destinations=(*spec.destinations, *entries),
-            pg_query=base_query(table, as_they_are, self.condition).as_string(conn),
+            pg_query=base_query(table, as_they_are, self.condition, leaves).as_string(conn),
         )
 
     condition: Condition | None = None

@@ -142,6 +142,16 @@ class PgReconcileOperator(BaseOperator):
                 f"table(s) {', '.join(unknown)} are not part of pipeline {self.pipeline!r}; its tables: "
                 f"{', '.join(sorted(state.tables)) or 'none'}"
             )
+        drops = {t: drop for t in tables if (drop := state.tables[t].dropped) is not None}
+        for key, drop in drops.items():  # nothing to compare with: a table of that name now is another
+            self.log.warning(
+                "reconcile %s: table %s is not compared: it was %s (its destinations keep its rows as of "
+                "the drop)",
+                self.pipeline,
+                key,
+                drop.describe(),
+            )
+        tables = [t for t in tables if t not in drops]
         conn = hook.connect()
         try:
             snapshot = open_source_snapshot(conn, [state.tables[t].source_table for t in tables])

@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.errors import PgSyncError
 from airflow_provider_pgsync.hooks.connections import NeededConnection, check_connections, source_and_state
-from airflow_provider_pgsync.hooks.ddl_trigger import install_ddl_trigger
+from airflow_provider_pgsync.hooks.ddl_trigger import follow_partitions, install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
@@ -138,10 +138,13 @@ class PgCreatePublicationOperator(_TablesOperator):
         self.check_connections()
         validate_publication_name(self.publication_name)
         published_tables(self.tables)
-        # before the slot: every DDL the slot will decode is then reported in the stream
+        tables = self.source_tables(self.tables)
+        # before the slot: every DDL the slot will decode is then reported in the stream, and
+        # every TRUNCATE of a partition of a partitioned table (``source/partition_events.py``)
         with self.hook.connect() as conn:
-            install_ddl_trigger(conn)
-        return self.hook.ensure_publication(self.publication_name, self.source_tables(self.tables))
+            if install_ddl_trigger(conn):
+                follow_partitions(conn, [t.table for t in tables])
+        return self.hook.ensure_publication(self.publication_name, tables)
 
 
 class PgCreateSlotOperator(_SourceOperator):

@@ -33,6 +33,7 @@ th { background: #edf2f7; } td.num { text-align: right; font-variant-numeric: ta
 .phase, .destination-phase { font-weight: 600; } .destination-reason { color: #c53030; }
 ul.destinations { margin: 0; padding-left: 1rem; }
 .phase-Ready { color: #276749; } .phase-Errored { color: #c53030; }
+.dropped { color: #c05621; font-weight: 600; font-size: .9rem; }
 .reconciled-equal { color: #276749; } .reconciled-different, .reconciled-error { color: #c53030; }
 .problem { border-left: 4px solid #c53030; background: #fff5f5; padding: .4rem .8rem; margin: .4rem 0; }
 .note { color: #4a5568; font-size: .9rem; } dl { display: grid; grid-template-columns: max-content auto; }

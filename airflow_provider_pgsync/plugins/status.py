@@ -4,7 +4,8 @@ Where each figure comes from (``collect`` reads them):
 
 - phase, reason, remedy: the pipeline state (``PipelineState.tables``); a table's phase is
   the worst of its destinations', each of which is shown with its own phase, watermark (as
-  apply last recorded it) and lag (bytes of WAL between the last captured position and it)
+  apply last recorded it) and lag (bytes of WAL between the last captured position and it);
+  a table dropped in the source is flagged "dropped in the source" (``TableState.dropped``)
 - a destination table's last applied time: the latest event of its asset (apply emits one
   when it applied changes there); its last reconciliation: the latest XCom ``result`` of the
   pipeline's reconcile DAG (``reconciled``)
@@ -93,6 +94,8 @@ class TableRow:
     """The table's name in the source when it was renamed there (the pipeline keeps ``table``)."""
     changelog_bytes: int | None = None
     """The bytes of the table's segment files in the changelog (None: unknown)."""
+    dropped: str = ""
+    """Where the table was dropped in the source (``SourceDrop.describe``); "" while it exists."""
 
     @property
     def errored(self) -> bool:
@@ -272,6 +275,9 @@ def _table_row(
     renamed = str(ts.source_name) if ts.source_name else ""
     if renamed and count is None and estimates is not None:
         note = f"not estimated: the config names {key}, now {renamed} in the source"
+    dropped = ts.dropped.describe() if ts.dropped is not None else ""
+    if dropped:  # a table of that name now, if any, is another one
+        count, note = None, "no such table on the source: it was dropped there"
     phase = ts.phase
     detail = ""
     if isinstance(phase, SyncDone):
@@ -282,8 +288,18 @@ def _table_row(
             f"backfill {b.id} ({b.condition or 'all rows'}, {b.rows:,} rows) waits for apply into "
             f"{', '.join(b.pending)} once capture passes {b.baseline_lsn}"
         )
+    teardown = (
+        f"the teardown DAG with param tables [{key}] (and drop_tables to drop its destination tables too)"
+    )
+    if dropped:
+        detail = (
+            f"{dropped}: nothing more is captured of it, and its destinations keep its rows as of the "
+            f"drop; to take it out of the pipeline, remove it from the config, run the setup DAG, then "
+            f"{teardown}"
+        )
     if not in_config:
-        detail = "in the state but no longer in the config: run the teardown or add the table back"
+        detail = f"in the state but no longer in the config: run {teardown}, or add the table back"
+        detail = f"{dropped}; {detail}" if dropped else detail
     if isinstance(phase, Errored):
         return TableRow(
             key,
@@ -297,6 +313,7 @@ def _table_row(
             in_config,
             per_destination,
             renamed,
+            dropped=dropped,
         )
     return TableRow(
         key,
@@ -307,6 +324,7 @@ def _table_row(
         in_config=in_config,
         destinations=per_destination,
         source_name=renamed,
+        dropped=dropped,
     )
 
 

@@ -8,7 +8,9 @@ volatile default) all look alike or invisible there. Two event triggers write, i
 DDL's own transaction, a transactional logical message with the table's catalog columns
 after the command (``ddl_command_end``) and one for each table rewrite (``table_rewrite``),
 so capture reads them in the stream exactly where they happened, before any change made
-under the new columns. The reading catalog query is here; the hook runs it.
+under the new columns. A third (``sql_drop``) writes one for each table dropped, so capture
+records the drop after every change made before it (``state/dropped.py``). The reading catalog
+query is here; the hook runs it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from airflow_provider_pgsync.state.columns import VALUE_REWRITES, ColumnInfo
 
 DDL_PREFIX = "pgsync.ddl"
 REWRITE_PREFIX = "pgsync.rewrite"
+DROP_PREFIX = "pgsync.drop"
 TRIGGER_SCHEMA = "pgsync_ddl"
 """Where the trigger's functions live (not ``pgsync``: a role of that name would create its tables
 there, as ``$user`` comes first in the default search_path)."""
@@ -77,15 +80,31 @@ BEGIN
     'oid', pg_catalog.pg_event_trigger_table_rewrite_oid()::bigint,
     'reason', pg_catalog.pg_event_trigger_table_rewrite_reason())::text);
 END $pgsync$;
-REVOKE ALL ON FUNCTION {TRIGGER_SCHEMA}.ddl_end(), {TRIGGER_SCHEMA}.table_rewrite() FROM PUBLIC;
+CREATE OR REPLACE FUNCTION {TRIGGER_SCHEMA}.table_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $pgsync$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT objid, schema_name, object_name FROM pg_catalog.pg_event_trigger_dropped_objects()
+           WHERE classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND objsubid = 0
+             AND object_type = 'table' AND NOT is_temporary LOOP
+    PERFORM pg_catalog.pg_logical_emit_message(true, '{DROP_PREFIX}', pg_catalog.jsonb_build_object(
+      'oid', r.objid::bigint, 'schema', r.schema_name, 'name', r.object_name)::text);
+  END LOOP;
+END $pgsync$;
+REVOKE ALL ON FUNCTION {TRIGGER_SCHEMA}.ddl_end(), {TRIGGER_SCHEMA}.table_rewrite(),
+  {TRIGGER_SCHEMA}.table_drop() FROM PUBLIC;
 DROP EVENT TRIGGER IF EXISTS pgsync_ddl_end;
 DROP EVENT TRIGGER IF EXISTS pgsync_table_rewrite;
+DROP EVENT TRIGGER IF EXISTS pgsync_table_drop;
 CREATE EVENT TRIGGER pgsync_ddl_end ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
   EXECUTE FUNCTION {TRIGGER_SCHEMA}.ddl_end();
 CREATE EVENT TRIGGER pgsync_table_rewrite ON table_rewrite EXECUTE FUNCTION {TRIGGER_SCHEMA}.table_rewrite();
+CREATE EVENT TRIGGER pgsync_table_drop ON sql_drop EXECUTE FUNCTION {TRIGGER_SCHEMA}.table_drop();
 -- also under session_replication_role = replica (a subscriber or a restore applying DDL)
 ALTER EVENT TRIGGER pgsync_ddl_end ENABLE ALWAYS;
 ALTER EVENT TRIGGER pgsync_table_rewrite ENABLE ALWAYS;
+ALTER EVENT TRIGGER pgsync_table_drop ENABLE ALWAYS;
 """  # noqa: S608 - built from this module's constants only
 """Installs (or replaces) the trigger; idempotent, one per database, shared by its pipelines."""
 
@@ -164,6 +183,23 @@ def parse_columns(text: str | bytes | dict[str, Any]) -> TableColumns:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DecodeError(f"malformed {DDL_PREFIX} message ({exc})", tag="M", offset=0) from None
+
+
+@dataclass(frozen=True)
+class TableDrop:
+    """Table ``oid`` (named ``table`` when it was dropped) was dropped in the source."""
+
+    oid: int
+    table: TableRef
+
+
+def parse_drop(text: str | bytes) -> TableDrop:
+    """The ``TableDrop`` of a drop message's content."""
+    data = _json(text, DROP_PREFIX)
+    try:
+        return TableDrop(int(data["oid"]), TableRef(str(data["schema"]), str(data["name"])))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DecodeError(f"malformed {DROP_PREFIX} message ({exc})", tag="M", offset=0) from None
 
 
 def parse_rewrite(text: str | bytes) -> TableRewrite:

@@ -27,7 +27,7 @@ from typing import Any, cast
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
-from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
+from airflow_provider_pgsync.baseline.partitions import ctid_predicates, leaf_predicates, partition_count
 from airflow_provider_pgsync.baseline.passfile import JDBC_PASSFILE_PROPERTY
 from airflow_provider_pgsync.baseline.pg_copy import Sink, partition_sql, staged_rows
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, summary
@@ -89,8 +89,7 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
                 )
                 fast = False
         session_seconds = time.monotonic() - started
-        count = partition_count(spec.table_bytes, spec.target_partition_bytes, slots=slots)
-        predicates = ctid_predicates(spec.blocks, count)
+        predicates = plan_partitions(spec, slots)
         log.info(
             "%s: Spark session ready in %.1f s (master %s, %d task slots), reading %d partition(s)%s",
             spec.table,
@@ -153,6 +152,24 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
         )
     finally:
         spark.stop()
+
+
+def plan_partitions(spec: BaselineJobSpec, slots: int) -> list[str]:
+    """The predicate of each partition: ctid ranges of the table, or for a partitioned table its
+    leaf partitions (``spec.leaves``: each whole, packed with other small ones, or in ctid ranges
+    of its own), which are logged with what each partition reads."""
+    if not spec.leaves:
+        count = partition_count(spec.table_bytes, spec.target_partition_bytes, slots=slots)
+        return ctid_predicates(spec.blocks, count)
+    planned = leaf_predicates(spec.leaves, spec.target_partition_bytes, slots=slots)
+    log.info(
+        "%s: partitioned table, %d leaf partition(s) read in %d partition(s): %s",
+        spec.table,
+        len(spec.leaves),
+        len(planned),
+        "; ".join(f"[{i}] {what}" for i, (_, what) in enumerate(planned)),
+    )
+    return [predicate for predicate, _ in planned]
 
 
 def _start_python_workers(spark: SparkSession, slots: int) -> str | None:

@@ -16,6 +16,7 @@ from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.columns import SchemaChange, column_json, column_of
 from airflow_provider_pgsync.state.destination import DestinationState
+from airflow_provider_pgsync.state.dropped import SourceDrop
 from airflow_provider_pgsync.state.model import (
     FORMAT,
     Backfill,
@@ -200,6 +201,8 @@ def _table_json(ts: TableState) -> dict[str, Any]:
         data["relation_id"] = ts.relation_id
     if ts.source_name is not None:
         data["source_name"] = str(ts.source_name)
+    if ts.dropped is not None:  # written only when set, like the two above
+        data["dropped"] = ts.dropped.to_json()
     if ts.backfill is not None:
         b = ts.backfill
         data["backfill"] = {
@@ -244,6 +247,7 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
             change = replace(change, columns=tuple(column_of(c) for c in ddl["columns"]))
     relation_id = data.get("relation_id")  # absent in states written before tables were followed by OID
     source_name = data.get("source_name")
+    dropped = data.get("dropped")  # absent in states written before drops were recorded
     return TableState(
         table=TableRef.parse(key),
         fallback=_read_phase(data["phase"]),
@@ -257,6 +261,7 @@ def _read_table(key: str, data: Mapping[str, Any]) -> TableState:
         },
         relation_id=None if relation_id is None else _int(relation_id, "relation_id"),
         source_name=None if source_name is None else TableRef.parse(_str(source_name, "source_name")),
+        dropped=None if dropped is None else SourceDrop.from_json(dropped),
     )
 
 

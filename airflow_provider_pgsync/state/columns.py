@@ -58,6 +58,10 @@ class SchemaChange:
     xids: tuple[int, ...] = ()
     """The 64-bit xids of the DDL's transactions (a baseline whose snapshot saw them all copied
     the new columns already)."""
+    outside: str = ""
+    """Why rows of the table changed without changes in the stream (a partition attached with rows,
+    detached or truncated: ``source/partition_events.py``); empty: none did. Only a new baseline
+    follows such a change."""
 
     def __post_init__(self) -> None:
         if self.columns is not None:
@@ -78,6 +82,7 @@ class SchemaChange:
             self.using or later.using,
             "; ".join(r for r in (self.unproven, later.unproven) if r),
             (*self.xids, *later.xids),
+            "; ".join(r for r in (self.outside, later.outside) if r),
         )
 
     def with_unproven(self, reason: str) -> SchemaChange:
@@ -86,7 +91,7 @@ class SchemaChange:
     def flags_json(self) -> dict[str, Any]:
         """The parts a schema version keeps (segment metadata): everything but the columns."""
         flags = {"rewrite": self.rewrite, "using": self.using, "unproven": self.unproven}
-        return {**flags, "xids": list(self.xids)}
+        return {**flags, "xids": list(self.xids), **({"outside": self.outside} if self.outside else {})}
 
     @classmethod
     def from_flags(cls, data: dict[str, Any] | None) -> SchemaChange:
@@ -94,7 +99,7 @@ class SchemaChange:
             return cls()
         rewrite, using = int(data.get("rewrite", 0)), bool(data.get("using", False))
         xids = tuple(int(x) for x in data.get("xids", ()))
-        return cls(None, rewrite, using, str(data.get("unproven", "")), xids)
+        return cls(None, rewrite, using, str(data.get("unproven", "")), xids, str(data.get("outside", "")))
 
 
 def column_json(c: ColumnInfo) -> list[Any]:

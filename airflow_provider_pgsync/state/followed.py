@@ -4,14 +4,18 @@ A table is followed by its relation OID (``TableState.relation_id``), so ``ALTER
 RENAME`` in the source does not make it another table. The pipeline keeps the name it was set
 up with (its state key, destination tables and changelog paths), and every read of the source
 uses the table's current name. A config may name the table by either name.
+
+A table whose relation is gone from the source (dropped there) is never taken for the table
+created later under its name: ``FollowedTable.gone_id`` tells, and only setup follows the new
+table, sending the pipeline's table back to baseline (``TableState.followed_anew``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from airflow_provider_pgsync.errors import ConfigError
+from airflow_provider_pgsync.errors import ConfigError, StateError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import PipelineState, TableState
 
@@ -20,16 +24,42 @@ from airflow_provider_pgsync.state.model import PipelineState, TableState
 class FollowedTable:
     """A config's table matched to the pipeline: ``key`` is the pipeline's name of it (state key,
     destination tables, changelog), ``source`` its name in the source now, ``relation_id`` its
-    relation OID (None when the source has no table of that name)."""
+    relation OID (None when the source has no table of that name). ``gone_id`` is the relation
+    OID the state follows for ``key`` when that relation is gone from the source (dropped there):
+    then ``relation_id``, if any, is another table that has the name now (``replaced``)."""
 
     config: TableRef
     key: TableRef
     source: TableRef
     relation_id: int | None
+    gone_id: int | None = None
 
     @property
     def renamed(self) -> bool:
         return self.source != self.key
+
+    @property
+    def replaced(self) -> bool:
+        """The followed table is gone, and another one has its name in the source now."""
+        return self.gone_id is not None and self.relation_id is not None
+
+    def check_present(self, pipeline: str) -> None:
+        """StateError naming the remedy when the table the pipeline follows is gone from the source
+        (a baseline or backfill would read another table, or none)."""
+        if self.gone_id is None:
+            return
+        gone = f"table {self.key} (relation OID {self.gone_id}) was dropped in the source"
+        if self.replaced:
+            raise StateError(
+                f"{gone}, and {self.source} is another table now (relation OID {self.relation_id}); "
+                f"nothing was copied: run the setup DAG of pipeline {pipeline!r}, which follows the new "
+                "table and baselines it into every destination"
+            )
+        raise StateError(
+            f"{gone}; nothing was copied: its destinations keep its rows as of the drop. Take it out of "
+            f"pipeline {pipeline!r}: remove it from the pipeline's tables, run the setup DAG, then the "
+            "teardown DAG with param tables naming it"
+        )
 
 
 def follow(
@@ -50,6 +80,9 @@ def follow(
     by_key: dict[TableRef, TableRef] = {}
     for table in tables:
         followed = _follow_one(state, table, names_by_oid, oids_by_name)
+        held = state.tables.get(str(followed.key))
+        if held is not None and held.relation_id is not None and held.relation_id not in names_by_oid:
+            followed = replace(followed, gone_id=held.relation_id)
         other = by_key.setdefault(followed.key, table)
         if other != table:
             raise ConfigError(

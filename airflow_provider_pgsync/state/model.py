@@ -20,6 +20,7 @@ from airflow_provider_pgsync.source.names import TableRef, validate_slot_name
 from airflow_provider_pgsync.state.backfill import Backfill
 from airflow_provider_pgsync.state.columns import VALUE_REWRITES, ColumnInfo, SchemaChange, same_shape
 from airflow_provider_pgsync.state.destination import DestinationState, check_destination_name
+from airflow_provider_pgsync.state.dropped import SourceDrop
 from airflow_provider_pgsync.state.phases import (
     XID_MAX,
     DataSync,
@@ -49,6 +50,7 @@ __all__ = [
     "Retry",
     "SchemaChange",
     "SegmentInfo",
+    "SourceDrop",
     "SyncDone",
     "TablePhase",
     "TableState",
@@ -91,6 +93,9 @@ class TableState:
     source_name: TableRef | None = None
     """The table's current name in the source when it differs from ``table`` (it was renamed
     there); the pipeline keeps ``table`` as its name (key, destination tables, changelog)."""
+    dropped: SourceDrop | None = None
+    """Where the table followed (``relation_id``) was dropped in the source (``state/dropped.py``);
+    None while it exists. Its destinations keep their phases and the table's last rows."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, TableRef):
@@ -124,6 +129,26 @@ class TableState:
     def with_source(self, relation_id: int | None, source_name: TableRef) -> TableState:
         """The table followed by relation OID ``relation_id``, named ``source_name`` in the source now."""
         return replace(self, relation_id=relation_id, source_name=source_name)
+
+    def with_dropped(self, drop: SourceDrop) -> TableState:
+        """The table dropped in the source as ``drop`` says (the first record of it stays)."""
+        return self if self.dropped is not None else replace(self, dropped=drop)
+
+    def followed_anew(self, relation_id: int, source_name: TableRef) -> TableState:
+        """The table followed as relation ``relation_id`` from now on, since the one it followed is
+        gone from the source: a new table under the pipeline's name, so its columns are not known
+        yet (the next schema version starts with them) and every destination, holding the old
+        table's rows, goes back to Init for a baseline."""
+        fresh = replace(
+            self,
+            relation_id=relation_id,
+            source_name=source_name,
+            dropped=None,
+            columns=(),
+            ddl=None,
+            schema_version=self.schema_version + 1,
+        )
+        return fresh.rebaselined()
 
     @property
     def phase(self) -> TablePhase:
@@ -340,6 +365,13 @@ class PipelineState:
         ts = self.table(table).with_source(relation_id, source_name)
         return replace(self, tables={**self.tables, ts.key: ts})
 
+    def with_table_followed_anew(
+        self, table: TableRef | str, relation_id: int, source_name: TableRef
+    ) -> PipelineState:
+        """Follow another relation under the table's name (``TableState.followed_anew``)."""
+        ts = self.table(table).followed_anew(relation_id, source_name)
+        return replace(self, tables={**self.tables, ts.key: ts})
+
     def without_table(self, table: TableRef | str) -> PipelineState:
         """The state without ``table`` (a no-op when it is not there)."""
         key = table_key(table)
@@ -359,13 +391,16 @@ class PipelineState:
 
         A segment with the path of a known one replaces it (a re-run rewrites the same
         segment). ``tables`` update columns, schema versions, the DDL seen since, and the source's
-        relation OID and name only, never phases.
+        relation OID, name and drop only, never phases.
         """
         if self.last_end_lsn is not None and last_end_lsn < self.last_end_lsn:
             raise StateError(
                 f"pipeline {self.pipeline!r}: capture would move the captured end LSN back from "
-                f"{self.last_end_lsn} to {last_end_lsn}; the slot was probably dropped and recreated: "
-                "rebaseline the pipeline's tables"
+                f"{self.last_end_lsn} to {last_end_lsn}: the source's WAL is behind what this pipeline "
+                "captured (a server restored from a backup, or the connection points at another server); "
+                "nothing was recorded. Check the source connection; if that server is the source now, "
+                "run the pipeline's teardown DAG and then its setup DAG (a new state and slot: every "
+                "table is baselined again)"
             )
         by_path = {s.path: s for s in self.segments}
         by_path.update((s.path, s) for s in new_segments)
@@ -384,6 +419,7 @@ class PipelineState:
                 ddl=ts.ddl,
                 relation_id=ts.relation_id,
                 source_name=ts.source_name,
+                dropped=ts.dropped,
             )
         return replace(self, last_end_lsn=last_end_lsn, segments=_ordered(by_path.values()), tables=updated)
 
@@ -434,6 +470,7 @@ class PipelineState:
                 and (now.schema_version, now.relation_id, now.source_name)
                 == (old.schema_version, old.relation_id, old.source_name)
                 and now.ddl in (None, old.ddl)
+                and now.dropped == old.dropped
             )
             if first_columns and key not in seen:
                 continue
@@ -500,7 +537,7 @@ def validate_pipeline_name(name: str) -> str:
 
 def _captured(ts: TableState) -> tuple[object, ...]:
     """What capture owns of a table (what ``with_capture`` records)."""
-    return (ts.schema_version, ts.columns, ts.ddl, ts.relation_id, ts.source_name)
+    return (ts.schema_version, ts.columns, ts.ddl, ts.relation_id, ts.source_name, ts.dropped)
 
 
 def _ordered(segments: Iterable[SegmentInfo]) -> tuple[SegmentInfo, ...]:

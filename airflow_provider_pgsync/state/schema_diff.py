@@ -63,6 +63,11 @@ class SchemaDiff:
 
     @property
     def key_changed(self) -> bool:
+        """Whether rows are identified by other key columns (by attnum), unless every column is in
+        the key before and after: under REPLICA IDENTITY FULL the whole row identifies a row,
+        whatever columns are added or dropped."""
+        if _whole_row(self.old) and _whole_row(self.new):
+            return False
         old, new = self._by_attnum()
         return {a for a, c in old.items() if c.is_key} != {a for a, c in new.items() if c.is_key}
 
@@ -76,6 +81,8 @@ class SchemaDiff:
     @property
     def rows_rewritten(self) -> str:
         """Why rows may hold values no change carries (empty: they do not)."""
+        if self.change.outside:  # rows came or went without changes (partitions)
+            return self.change.outside
         # (a stored generated column added rewrites the table too, but only computes itself)
         if self.change.rewrite & REWRITE_DEFAULT and self.added:
             return "a column was added with a volatile default, computed for every row without WAL"
@@ -105,9 +112,7 @@ class SchemaDiff:
         parts += [f"column {c.name} ({typed(c)}) dropped" for c in self.dropped]
         parts += [f"column {b.name} changed type from {typed(a)} to {typed(b)}" for a, b in self.retyped]
         if self.key_changed:
-            old_key = ", ".join(c.name for c in self.old if c.is_key)
-            new_key = ", ".join(c.name for c in self.new if c.is_key)
-            parts.append(f"key changed from ({old_key}) to ({new_key})")
+            parts.append(f"key changed from {_key_text(self.old)} to {_key_text(self.new)}")
         if self.rows_rewritten and not (self.retyped and self.change.rewrite == REWRITE_COLUMN):
             parts.append(self.rows_rewritten)  # (a type change's rewrite goes without saying)
         return "; ".join(parts) or "the table's DDL changed no column"
@@ -115,6 +120,18 @@ class SchemaDiff:
 
 def diff_columns(old: Sequence[ColumnInfo], new: Sequence[ColumnInfo], change: SchemaChange) -> SchemaDiff:
     return SchemaDiff(tuple(old), tuple(new), change)
+
+
+def _whole_row(columns: Sequence[ColumnInfo]) -> bool:
+    """Whether every column is in the key (REPLICA IDENTITY FULL: a row is known by all its values)."""
+    return bool(columns) and all(c.is_key for c in columns)
+
+
+def _key_text(columns: Sequence[ColumnInfo]) -> str:
+    names = ", ".join(c.name for c in columns if c.is_key)
+    if not names:
+        return "none (no replica identity)"
+    return f"the whole row ({names})" if _whole_row(columns) and len(columns) > 1 else f"({names})"
 
 
 def _widens(a: ColumnInfo, b: ColumnInfo) -> bool:

@@ -56,7 +56,8 @@ def test_a_diff_says_what_changed_with_type_names() -> None:
     assert describe(old, [old[0]]) == "column b (integer) dropped"
     added = [*old, numbered("c", 1043, False, 3, 24)]
     assert describe(old, added) == "column c (character varying(20)) added"
-    assert describe(old, [old[0], numbered("b", 23, True, 2)]) == "key changed from (id) to (id, b)"
+    whole_row = [old[0], numbered("b", 23, True, 2)]
+    assert describe(old, whole_row) == "key changed from (id) to the whole row (id, b)"
     assert describe(old, old) == "the table's DDL changed no column"
     assert describe(old, [old[0], numbered("b_renamed", 23, False, 2)]) == "column b renamed to b_renamed"
     replaced = [old[0], numbered("c", 23, False, 3)]  # dropped + added

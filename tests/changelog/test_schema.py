@@ -39,7 +39,8 @@ def test_reserved_name_collision_names_table_column_and_fix(name: str) -> None:
     with pytest.raises(ConfigError) as err:
         segment_schema([col("id", key=True), col(name)], table=table)
     text = str(err.value)
-    assert repr(name) in text and '"Sales".orders' in text and "publication column list" in text
+    assert repr(name) in text and '"Sales".orders' in text
+    assert "Rename the column" in text and "columns in the pipeline's config" in text
 
 
 def test_old_key_collision_only_when_exact() -> None:

@@ -66,8 +66,11 @@ def test_a_minimal_config_gives_five_dags_with_their_tasks() -> None:
     assert _upstream(cdc, "trigger_rebaseline") == {"rebaselines"}
     assert _upstream(cdc, "outcome") == {"trigger_rebaseline"}
     assert _tasks(compact) == {"compact_lake"}
-    assert _tasks(teardown) == {"check_confirmation", "drop_slot", "drop_publication", "delete_state"}
+    assert _tasks(teardown) == {
+        "check_confirmation", "drop_slot", "drop_publication", "delete_state", "teardown_tables",
+    }  # fmt: skip
     assert _upstream(teardown, "drop_slot") == {"check_confirmation"}
+    assert _upstream(teardown, "teardown_tables") == {"check_confirmation"}  # a branch: one or the other
     assert _upstream(teardown, "drop_publication") == {"drop_slot"}
     assert _upstream(teardown, "delete_state") == {"drop_publication"}
 
@@ -115,8 +118,12 @@ def test_the_baseline_and_teardown_params() -> None:
     with pytest.raises(ParamValidationError):
         params.get_param("mode").resolve("merge")
 
-    confirm = dags["pgsync_shop_teardown"].params.get_param("confirm")
+    teardown = dags["pgsync_shop_teardown"].params
+    confirm = teardown.get_param("confirm")
     assert confirm.value == "" and "shop" in (confirm.description or "")
+    assert teardown.get_param("tables").value == [], "the whole pipeline by default"
+    assert teardown.get_param("drop_tables").value is False
+    assert teardown.get_param("tables").resolve(["public.gone"]) == ["public.gone"]
 
 
 def test_the_mapped_baseline_gets_the_configs_baseline_arguments() -> None:

@@ -1,8 +1,9 @@
 """Hostile values in the trigger forms of the baseline and teardown DAGs (``tables``,
-``destinations``, ``mode``, ``confirm``): each is refused by the form's schema and by the first
-task's check, with an error naming the param, short whatever the value's size, with control and
-bidi characters escaped; a table whose real name is hostile is chosen exactly. The checks run
-no SQL and no shell, so these tests need no server."""
+``destinations``, ``mode``, ``confirm``, the teardown's ``tables`` and ``drop_tables``): each is
+refused by the form's schema and by the first task's check, with an error naming the param,
+short whatever the value's size, with control and bidi characters escaped; a table whose real
+name is hostile is chosen exactly. The checks run no SQL and no shell, so these tests need no
+server."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from airflow.sdk.exceptions import ParamValidationError
 
 from airflow_provider_pgsync.dags import build_dags
-from airflow_provider_pgsync.dags.params import check_confirmation, chosen_tables
+from airflow_provider_pgsync.dags.params import check_confirmation, chosen_tables, teardown_tables
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline import PipelineConfig
 from airflow_provider_pgsync.source.names import TableRef
@@ -113,3 +114,38 @@ def test_a_table_whose_real_name_is_hostile_is_chosen_exactly() -> None:
     [chosen] = chosen_tables(CONFIG, odd)["rebaseline"]
     assert chosen["destinations"] == [CONFIG.destinations[1].to_mapping()]
     assert DAGS["pgsync_shop_baseline"].params.get_param("tables").resolve([str(ODD)]) == [str(ODD)]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_hostile_table_to_tear_down_is_refused_naming_the_param(value: str) -> None:
+    message = _refused(lambda: teardown_tables(CONFIG, {"tables": ["public.gone", value]}), "tables")
+    assert "nothing was dropped" in message
+    if len(value) > 300 or not value:
+        with pytest.raises(ParamValidationError):
+            DAGS["pgsync_shop_teardown"].params.get_param("tables").resolve([value])
+
+
+@pytest.mark.parametrize("value", [[1], [None], [["gone"]], [{"table": "gone"}], "gone", {"a": 1}, 7])
+def test_tables_to_tear_down_of_other_types_are_refused(value: Any) -> None:
+    _refused(lambda: teardown_tables(CONFIG, {"tables": value}), "tables")
+
+
+@pytest.mark.parametrize("value", ["true", 1, "yes", [True], {"a": 1}])
+def test_drop_tables_must_be_a_boolean(value: Any) -> None:
+    params = {"tables": ["public.gone"], "drop_tables": value}
+    _refused(lambda: teardown_tables(CONFIG, params), "drop_tables")
+    with pytest.raises(ParamValidationError):
+        DAGS["pgsync_shop_teardown"].params.get_param("drop_tables").resolve(value)
+
+
+def test_a_table_still_in_the_config_is_not_torn_down_whatever_its_spelling() -> None:
+    for spelling in ("orders", "public.orders", ' "public" . "orders" ', str(ODD)):
+        message = _refused(lambda: teardown_tables(CONFIG, {"tables": [spelling]}), "tables")  # noqa: B023
+        assert "still in pipeline 'shop'" in message and "nothing was dropped" in message
+    # no tables: the whole pipeline, which keeps the destinations' tables
+    assert teardown_tables(CONFIG, {}) == ([], False)
+    _refused(lambda: teardown_tables(CONFIG, {"drop_tables": True}), "drop_tables")
+    assert teardown_tables(CONFIG, {"tables": ["gone", "public.gone"], "drop_tables": True}) == (
+        ["public.gone"],
+        True,
+    )

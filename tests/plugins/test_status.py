@@ -255,3 +255,35 @@ def test_a_table_renamed_in_the_source_is_shown_under_the_pipelines_name_with_th
     assert 'public.s<div class="note renamed">renamed in the source to public.s_new</div>' in html
     (row,) = table_rows(["public.s"], state, {"public.s": None})
     assert row.rows is None and "now public.s_new in the source" in row.rows_note
+
+
+def test_a_table_dropped_in_the_source_is_flagged_with_what_its_destinations_keep() -> None:
+    from airflow_provider_pgsync.plugins.render import render_tables
+    from airflow_provider_pgsync.state.model import SourceDrop
+
+    done = SyncDone("s", LSN(0x100), 5, 9, lineage="L1")
+    state = PipelineState("p", last_end_lsn=LSN(0x1000)).with_table_phase("public.t", Init())
+    state = state.with_destination_phase("public.t", "replica", DataSync("L1"))
+    state = state.with_destination_phase("public.t", "replica", done)
+    state = state.with_destination_phase("public.t", "replica", Ready())
+    state = state.with_table_source("public.t", 42, state.table("public.t").table)
+    drop = SourceDrop(42, LSN(0xF00))
+    state = state.with_capture(LSN(0x1000), (), [state.table("public.t").with_dropped(drop)])
+    assert PipelineState.from_json(state.to_json()) == state
+
+    # a table of that name on the source now is another one: its estimate is not this table's
+    (row,) = table_rows(["public.t"], state, {"public.t": 77.0}, ["replica"])
+    assert (row.phase, row.rows) == ("Ready", None)
+    assert row.dropped == "dropped in the source at 0/F00 (relation OID 42)"
+    assert row.rows_note == "no such table on the source: it was dropped there"
+    assert "its destinations keep its rows as of the drop" in row.detail
+    assert "teardown DAG with param tables [public.t]" in row.detail
+    html = render_tables([row])
+    assert '<div class="dropped" title="dropped in the source at 0/F00 (relation OID 42)">' in html
+    # taken out of the config: still flagged, and the teardown named
+    (row,) = table_rows([], state, {}, ["replica"])
+    assert not row.in_config and row.dropped and row.detail.startswith("dropped in the source at 0/F00")
+    assert "no longer in the config: run the teardown DAG with param tables [public.t]" in row.detail
+    # found by the catalog (no DDL trigger): at or before the capture's bound
+    found = SourceDrop(42, LSN(0xF00), exact=False)
+    assert found.describe() == "dropped in the source at or before 0/F00 (relation OID 42)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 
@@ -77,9 +78,18 @@ def test_both_names_in_one_config_are_one_table() -> None:
 def test_a_state_without_oids_and_a_dropped_table_fall_back_to_the_name() -> None:
     state = PipelineState("p").with_table_phase("public.s", Init())
     assert follow(state, [S], {}, {S: 7}) == [FollowedTable(S, S, S, 7)]
-    # the followed relation is gone (dropped, a new table of that name): the table of that name
+    # the followed relation is gone (dropped, a new table of that name): the table of that name,
+    # marked as replacing the one followed (setup follows it anew, a baseline refuses it)
     dropped = _state()
-    assert follow(dropped, [S], {}, {S: 9}) == [FollowedTable(S, S, S, 9)]
+    [replaced] = follow(dropped, [S], {}, {S: 9})
+    assert replaced == FollowedTable(S, S, S, 9, gone_id=100) and replaced.replaced
+    with pytest.raises(StateError, match=r"is another table now \(relation OID 9\).*run the setup DAG"):
+        replaced.check_present("p")
+    [gone] = follow(dropped, [S], {}, {})
+    assert gone == FollowedTable(S, S, S, None, gone_id=100) and not gone.replaced
+    with pytest.raises(StateError, match=r"was dropped in the source; nothing was copied"):
+        gone.check_present("p")
+    follow(state, [S], {}, {S: 7})[0].check_present("p")  # nothing gone: no error
     # a recorded source name whose relation is another one now is not that table
     assert follow(dropped, [S_NEW], {}, {S_NEW: 9}) == [FollowedTable(S_NEW, S_NEW, S_NEW, 9)]
 
@@ -93,3 +103,38 @@ def test_the_pipelines_name_of_a_table_named_as_the_source_names_it_now() -> Non
     assert pipeline_name(state, "public.u") == "public.u"
     saved = dataclasses.replace(state, version=1)
     assert phase_event(saved, "s_new", "Init", where="x") is not None  # the sensor takes either name
+
+
+def test_a_table_followed_anew_is_a_new_table_in_every_destination_and_capture_sees_the_change() -> None:
+    from airflow_provider_pgsync.state.model import DataSync, Ready, SourceDrop, SyncDone
+
+    state = _state()
+    for name in ("lake", "replica"):
+        state = state.with_destination_phase("public.s", name, DataSync("L1"))
+        state = state.with_destination_phase("public.s", name, SyncDone("x", LSN(5), 1, 1, lineage="L1"))
+        state = state.with_destination_phase("public.s", name, Ready())
+    columns = [dataclasses.replace(c, attnum=i + 1) for i, c in enumerate(_columns())]
+    ts = state.table("public.s").with_columns(columns)
+    dropped = ts.with_dropped(SourceDrop(100, LSN(0x50)))
+    assert dropped.with_dropped(SourceDrop(100, LSN(0x60))) == dropped, "the first record stays"
+    captured = state.with_capture(LSN(0x60), (), [dropped])
+    assert captured.table("public.s").dropped == SourceDrop(100, LSN(0x50))
+    assert PipelineState.from_json(json.loads(json.dumps(captured.to_json()))) == captured
+
+    anew = captured.with_table_followed_anew("public.s", 300, S)
+    ts = anew.table("public.s")
+    assert (ts.relation_id, ts.source_name, ts.dropped, ts.columns) == (300, None, None, ())
+    assert ts.schema_version == captured.table("public.s").schema_version + 1
+    assert {n: d.phase.kind for n, d in ts.destinations.items()} == {"lake": "Init", "replica": "Init"}
+    # a capture decoded from the state before does not land on it (it is decoded again)
+    assert anew.capture_conflict(captured) is not None
+    flagged = state.table("public.s").with_dropped(SourceDrop(100, LSN(0x50)))
+    other = dataclasses.replace(state, tables={**state.tables, "public.s": flagged})
+    conflict = other.capture_conflict(state)  # a drop another capture recorded meanwhile
+    assert conflict is not None and "source identity changed" in conflict
+
+
+def _columns() -> list[Any]:
+    from airflow_provider_pgsync.state.model import ColumnInfo
+
+    return [ColumnInfo("id", 23, -1, True), ColumnInfo("v", 25, -1, False)]

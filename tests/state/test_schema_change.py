@@ -77,6 +77,32 @@ def test_diffs_tell_renames_defaults_widenings_and_keys_apart() -> None:
     assert diff_columns((ID, B), (ID, B, ColumnInfo("c", 25, -1, False)), SchemaChange()).unproven
 
 
+def test_the_key_is_what_identifies_a_row_and_the_whole_row_stays_the_whole_row() -> None:
+    def col(name: str, attnum: int, key: bool) -> ColumnInfo:
+        return ColumnInfo(name, 23, -1, key, attnum)
+
+    full = (col("id", 1, True), col("v", 2, True))  # REPLICA IDENTITY FULL
+    keyed = (col("id", 1, True), col("v", 2, False))  # the primary key
+    # a column added, dropped or renamed under REPLICA IDENTITY FULL: still the whole row
+    for new in [(*full, col("c", 3, True)), full[:1], (full[0], ColumnInfo("w", 23, -1, True, 2))]:
+        assert not diff_columns(full, new, SchemaChange()).key_changed, new
+    # the whole row to a key, a key to the whole row, a key to other columns, to none
+    changes = {
+        keyed: "key changed from the whole row (id, v) to (id)",
+        (col("id", 1, False), col("v", 2, True)): "key changed from the whole row (id, v) to (v)",
+        (col("id", 1, False), col("v", 2, False)): "key changed from the whole row (id, v) to none",
+    }
+    for new, text in changes.items():
+        diff = diff_columns(full, new, SchemaChange())
+        assert diff.key_changed and text in diff.describe(), diff.describe()
+    back = diff_columns(keyed, full, SchemaChange())
+    assert "key changed from (id) to the whole row (id, v)" in back.describe()
+    # a key of one column stays that key when other columns come or go
+    single = (col("id", 1, True),)
+    assert not diff_columns(single, keyed, SchemaChange()).key_changed
+    assert not diff_columns(keyed, single, SchemaChange()).key_changed
+
+
 def test_numeric_and_varchar_widenings_by_type_modifier() -> None:
     def widens(old_oid: int, old_mod: int, new_oid: int, new_mod: int) -> bool:
         a, b = ColumnInfo("v", old_oid, old_mod, False, 2), ColumnInfo("v", new_oid, new_mod, False, 2)
