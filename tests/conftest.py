@@ -46,6 +46,29 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 os.environ.setdefault("PGSYNC_SPARK_CLASS_ARCHIVE_DIR", str(REPO / ".dev" / "spark-cds"))
 
 
+from tests import spark_starts  # noqa: E402
+
+_SPARK_STARTS = spark_starts.run_folder(REPO)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The Spark drivers started from here to the next test are counted as this test's."""
+    if _SPARK_STARTS is not None:
+        spark_starts.enter(_SPARK_STARTS, item.nodeid)
+    yield
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """After ``--durations``: how many Spark drivers the run started, and their seconds."""
+    if _SPARK_STARTS is None or hasattr(config, "workerinput"):
+        return
+    terminalreporter.section("Spark driver starts")
+    for line in spark_starts.finish(_SPARK_STARTS, REPO / ".dev" / "spark-starts.json"):
+        terminalreporter.write_line(line)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Spark drivers map the classes they load from an archive made once (tests/spark_cds.py)."""
     from tests.spark_cds import spark_class_archive, use_archive
