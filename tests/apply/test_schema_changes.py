@@ -69,9 +69,9 @@ def writer(database: Database) -> Iterator[list[int]]:
 def _step(pipeline: Pipeline, database: Database, replica: Database, ddl: list[str]) -> dict[str, object]:
     """Run ``ddl`` while the writer runs, then stop it, capture everything and apply once."""
     with writer(database) as count:
-        before = count[0]
         for statement in ddl:
             database.execute(statement)
+        before = count[0]  # counted after the last DDL: some of its transactions follow that DDL
         deadline = time.monotonic() + 30
         while count[0] < before + 3 and time.monotonic() < deadline:
             time.sleep(0.01)  # the writer goes on under the new columns
