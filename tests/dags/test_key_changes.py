@@ -35,6 +35,7 @@ from tests.dags.scenario import (  # noqa: F401 (multiset_sqlite: a fixture)
     equal_without_spark,
     multiset_sqlite,
     phases,
+    writer_thread,
 )
 from tests.operators.test_baseline_custom import source_text, sqlite_text
 
@@ -44,33 +45,15 @@ TABLES = ["public.events", "public.items", "public.orders"]
 @contextmanager
 def writer(database: Database, seed: int, orders_keyless: threading.Event) -> Iterator[list[int]]:
     """A thread committing inserts, updates (of key columns too) and deletes over the three
-    tables until the block ends; duplicate rows in ``orders`` once ``orders_keyless`` is set."""
-    stop, done, errors = threading.Event(), [0], []
+    tables until the block ends; duplicate rows in ``orders`` once ``orders_keyless`` is set.
+    A DDL meanwhile may deadlock a transaction: the next one goes on."""
     rng = random.Random(seed)
 
-    def run() -> None:
-        next_id = 1_000_000 * seed
-        with database.connect() as conn:
-            while not stop.wait(0.005):
-                next_id += 1
-                try:
-                    with conn.transaction():
-                        _transaction(conn, rng, next_id, orders_keyless.is_set())
-                    done[0] += 1
-                except Exception as exc:  # a DDL meanwhile may deadlock a transaction: the next one goes on
-                    if "deadlock" not in str(exc):
-                        errors.append(exc)
-                        return
+    def transaction(conn: Any, new: int) -> None:
+        _transaction(conn, rng, new, orders_keyless.is_set())
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with writer_thread(database, transaction, first_id=1_000_000 * seed) as done:
         yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"
 
 
 def _transaction(conn: Any, rng: random.Random, new: int, orders_keyless: bool) -> None:

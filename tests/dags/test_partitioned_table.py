@@ -19,7 +19,6 @@ After each step, cdc drained, every destination equals the source row by row and
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
+from tests.dags.scenario import writer_thread
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
 
 PT = "public.pt"
@@ -50,41 +50,18 @@ def writer(database: Database, seed: int) -> Iterator[list[int]]:
     """A thread committing small transactions over every table until the block ends: an insert
     (into pt: its default partition), an update of a row in any partition, a delete of its own.
     A DDL of the test may deadlock one of them: that one is skipped."""
-    stop, done, errors = threading.Event(), [0], []
     rng = random.Random(seed)
 
-    def run() -> None:
-        next_id = 100_000 * seed
-        with database.connect() as conn:
-            while not stop.wait(0.01):
-                table = rng.choice(TABLES)
-                ident = TableRef.parse(table).identifier
-                try:
-                    with conn.transaction():
-                        next_id += 1
-                        conn.execute(
-                            sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 'w')").format(ident), (next_id,)
-                        )
-                        target = rng.choice(UPDATED) if table == PT else rng.randint(1, 5)
-                        conn.execute(
-                            sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident), (target,)
-                        )
-                        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(ident), (next_id - 2,))
-                    done[0] += 1
-                except Exception as exc:
-                    if "deadlock" not in str(exc):
-                        errors.append(exc)
-                        return
+    def transaction(conn: Any, new: int) -> None:
+        table = rng.choice(TABLES)
+        ident = TableRef.parse(table).identifier
+        conn.execute(sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 'w')").format(ident), (new,))
+        target = rng.choice(UPDATED) if table == PT else rng.randint(1, 5)
+        conn.execute(sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident), (target,))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(ident), (new - 2,))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with writer_thread(database, transaction, first_id=100_000 * seed, interval=0.01) as done:
         yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"
 
 
 def _source(database: Database) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -43,6 +44,7 @@ from tests.dags.scenario import (  # noqa: F401 (multiset_sqlite: a fixture)
     equal_without_spark,
     multiset_sqlite,
     phases,
+    writer_thread,
 )
 
 TABLES = ["public.orders", "public.events"]
@@ -123,42 +125,22 @@ def writer(database: Database, seed: int) -> Iterator[list[int]]:
     """A thread committing inserts, updates and deletes of both tables (rows no prepared
     transaction holds: ``orders`` ids above 100 and ``events`` rows of kind ``w``) until the
     block ends."""
-    stop, done, errors = threading.Event(), [0], []
     rng = random.Random(seed)
 
-    def run() -> None:
-        next_id = 1_000_000 * seed
-        with database.connect() as conn:
-            while not stop.wait(0.005):
-                next_id += 1
-                try:
-                    with conn.transaction():
-                        conn.execute("INSERT INTO orders VALUES (%s, 'w')", (next_id,))
-                        conn.execute("UPDATE orders SET v = v || '+' WHERE id = %s", (rng.randint(101, 300),))
-                        conn.execute("DELETE FROM orders WHERE id = %s", (next_id - 2,))
-                        conn.execute("INSERT INTO events VALUES ('w', %s), ('w', %s)", (next_id % 7,) * 2)
-                        conn.execute(
-                            "UPDATE events SET n = n + 1 WHERE ctid = (SELECT max(ctid) FROM events"
-                            " WHERE kind = 'w' AND n = %s)",
-                            (rng.randint(0, 6),),
-                        )
-                        conn.execute(
-                            "DELETE FROM events WHERE ctid = (SELECT min(ctid) FROM events WHERE kind = 'w')"
-                        )
-                    done[0] += 1
-                except Exception as exc:
-                    errors.append(exc)
-                    return
+    def transaction(conn: Any, new: int) -> None:
+        conn.execute("INSERT INTO orders VALUES (%s, 'w')", (new,))
+        conn.execute("UPDATE orders SET v = v || '+' WHERE id = %s", (rng.randint(101, 300),))
+        conn.execute("DELETE FROM orders WHERE id = %s", (new - 2,))
+        conn.execute("INSERT INTO events VALUES ('w', %s), ('w', %s)", (new % 7,) * 2)
+        conn.execute(
+            "UPDATE events SET n = n + 1 WHERE ctid = (SELECT max(ctid) FROM events"
+            " WHERE kind = 'w' AND n = %s)",
+            (rng.randint(0, 6),),
+        )
+        conn.execute("DELETE FROM events WHERE ctid = (SELECT min(ctid) FROM events WHERE kind = 'w')")
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with writer_thread(database, transaction, first_id=1_000_000 * seed, skip_deadlocks=False) as done:
         yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"
 
 
 def _cdc(pipeline: PipelineDags) -> None:
