@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.pgsync-installed
 
-.PHONY: demo ui airflow airflow-stop test lint typecheck pytest deps venv pg-start pg-stop pg-status clean
+.PHONY: demo ui airflow airflow-stop test test-fast lint typecheck pytest deps venv pg-start pg-stop pg-status clean
 
 demo: deps venv
 	@$(PY) dev/demo.py
@@ -33,10 +33,17 @@ typecheck: venv
 	$(VENV)/bin/mypy airflow_provider_pgsync dev
 
 # the suite in TEST_WORKERS processes (pytest-xdist; a test file stays in one worker, so its
-# module fixtures are made once), with its slowest tests listed at the end
+# module fixtures are made once; the slowest tiers' files first: tests/tiers.py), with its
+# slowest tests listed at the end
 TEST_WORKERS ?= 2
 pytest: deps venv
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
+
+# the inner loop: every test that starts neither a Spark driver nor an Airflow deployment
+# (tests/tiers.py); a test that starts a driver without the fixture saying so fails here
+test-fast: deps venv lint
+	PGSYNC_TEST_TIER=fast $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
+		-m "not spark and not deployment" $(PYTEST_ARGS)
 
 deps:
 	@bash dev/install-system.sh

@@ -46,7 +46,7 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 os.environ.setdefault("PGSYNC_SPARK_CLASS_ARCHIVE_DIR", str(REPO / ".dev" / "spark-cds"))
 
 
-from tests import spark_starts  # noqa: E402
+from tests import spark_starts, tiers  # noqa: E402
 
 _SPARK_STARTS = spark_starts.run_folder(REPO)
 
@@ -59,10 +59,36 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tier marks (``spark``, ``dag``, ``deployment``) from its fixtures, and the
+    slowest tiers' files first (tests/tiers.py)."""
+    tiers.mark(items)
+    tiers.order(items)
+
+
+@pytest.fixture(scope="session")
+def spark_drivers() -> None:
+    """Says that a test (or a fixture) starts Spark drivers: its tests are marked ``spark``,
+    and ``make test-fast`` leaves them out (tests/tiers.py)."""
+
+
+@pytest.fixture(scope="session")
+def airflow_deployment() -> None:
+    """Says that a test runs against a real Airflow deployment (mark ``deployment``)."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_spark(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In ``make test-fast``, a test that started a Spark driver without saying so fails."""
+    yield
+    if _SPARK_STARTS is not None:
+        tiers.check_no_driver(request.node, spark_starts.logs_of(_SPARK_STARTS, request.node.nodeid))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """After ``--durations``: how many Spark drivers the run started, and their seconds."""
-    if _SPARK_STARTS is None or hasattr(config, "workerinput"):
+    if _SPARK_STARTS is None or hasattr(config, "workerinput") or config.option.collectonly:
         return
     terminalreporter.section("Spark driver starts")
     for line in spark_starts.finish(_SPARK_STARTS, REPO / ".dev" / "spark-starts.json"):
@@ -274,7 +300,7 @@ spark.stop()
 
 
 @pytest.fixture(scope="session")
-def empty_metastore(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def empty_metastore(tmp_path_factory: pytest.TempPathFactory, spark_drivers: None) -> Path:
     """An empty Derby metastore folder made once per session."""
     import subprocess
 

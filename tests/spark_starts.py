@@ -69,10 +69,19 @@ def enter(folder: Path, nodeid: str) -> None:
     global _base_options
     if _base_options is None:  # after pytest_configure: the tests' own options (tests/spark_cds.py)
         _base_options = os.environ.get(_OPTIONS, "")
-    test_folder = folder / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
+    test_folder = _test_folder(folder, nodeid)
     test_folder.mkdir(parents=True, exist_ok=True)  # the JVM does not start without it
     (test_folder / "test.txt").write_text(nodeid)
     os.environ[_OPTIONS] = f"{_base_options} {_LOG_OPTION.format(folder=test_folder)}".strip()
+
+
+def logs_of(folder: Path, nodeid: str) -> list[Path]:
+    """The logs of the drivers test ``nodeid`` started so far (from its setup on)."""
+    return sorted(_test_folder(folder, nodeid).glob("jvm-*.log"))
+
+
+def _test_folder(folder: Path, nodeid: str) -> Path:
+    return folder / hashlib.sha1(nodeid.encode()).hexdigest()[:16]
 
 
 def driver_starts(folder: Path) -> list[DriverStart]:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from psycopg.conninfo import conninfo_to_dict
+
 PASSFILE_NAME = "pgsync.pgpass"
 """The name of the password file shipped with a job (in each executor's working directory)."""
 JDBC_PASSFILE_PROPERTY = "org.postgresql.pgpassfile"
@@ -83,6 +85,53 @@ def write_passfile(path: Path, entries: Sequence[PassEntry]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
+
+
+def password_for(text: str, host: str, port: str, dbname: str, user: str) -> str | None:
+    """The password a password file's ``text`` gives for that target (its first matching line,
+    ``*`` matching anything, as libpq reads it), or None."""
+    wanted = (host or "localhost", port or "5432", dbname, user)
+    for line in text.split("\n"):  # libpq's lines (str.splitlines also splits at \x1e and such)
+        line = line.removesuffix("\r")
+        if not line or line.startswith("#"):
+            continue
+        fields = _split(line)
+        if len(fields) == 5 and all(f in ("*", w) for f, w in zip(fields[:4], wanted, strict=True)):
+            return fields[4]
+    return None
+
+
+def _split(line: str) -> list[str]:
+    """A password file's line in its ``:``-separated fields, ``\\`` escapes undone."""
+    fields: list[str] = []
+    field: list[str] = []
+    escaped = False
+    for char in line:
+        if escaped:
+            field.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == ":" and len(fields) < 4:
+            fields.append("".join(field))
+            field = []
+        else:
+            field.append(char)
+    fields.append("".join(field))
+    return fields
+
+
+def pass_entry(conninfo: str, password: str) -> PassEntry:
+    """The password-file entry of the database ``conninfo`` names (as libpq and the JDBC URL
+    name it: the same host, port, database and user)."""
+    params = conninfo_to_dict(conninfo)
+    return PassEntry(
+        host=str(params.get("host") or "localhost"),
+        port=str(params.get("port") or "5432"),
+        dbname=str(params.get("dbname") or ""),
+        user=str(params.get("user") or ""),
+        password=password,
+    )
 
 
 _private_copies: dict[str, str] = {}

@@ -6,8 +6,10 @@ kept under ``<warehouse>/<database>/<schema>__<name>/``; its base versions are f
 points at the current one; the view ``<database>.<schema>__<name>`` adds the changes apply
 wrote since (``lake_tables.py``). By default the catalog is Spark's Hive catalog on an embedded
 Derby metastore in ``<warehouse>/metastore_db`` (one process at a time: jobs take a file
-lock around their short catalog step); ``metastore="external"`` leaves the catalog to the
-Spark configuration (e.g. ``spark.hadoop.hive.metastore.uris``).
+lock around their short catalog step); ``metastore="postgres"`` keeps it in a PostgreSQL
+database (Airflow connection ``metastore_conn_id``) that many processes use at once
+(``spark/metastore_postgres.py``); ``metastore="external"`` leaves the catalog to the Spark
+configuration (e.g. ``spark.hadoop.hive.metastore.uris``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.source.names import TableRef, shown
 
-METASTORES = ("derby", "external")
+METASTORES = ("derby", "postgres", "external")
 # at most 58 characters: the destination is called lake_<database> (63 at most, like every name)
 _CATALOG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,57}")
 _SIMPLE_PART = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
@@ -69,6 +71,13 @@ class LakeDestination:
     warehouse: str
     database: str = "pgsync"
     metastore: str = "derby"
+    metastore_conn_id: str = ""
+    """The Airflow connection of the PostgreSQL metastore's database (``metastore="postgres"``)."""
+    metastore_url: str = ""
+    """That database's JDBC URL and ``metastore_conninfo`` its libpq string, neither with the
+    password: resolved from the connection by the operator that submits a job
+    (``hooks/lake_metastore.py``); the job finds the password in its password file."""
+    metastore_conninfo: str = ""
     kind: str = "lake"
 
     def __post_init__(self) -> None:
@@ -82,7 +91,17 @@ class LakeDestination:
         if self.metastore == "derby" and not self.local_path:
             raise ConfigError(
                 f"lake warehouse {self.warehouse!r} is not a local folder: an embedded Derby metastore "
-                "lives on local disk; set metastore='external' and configure the Hive metastore in Spark"
+                "lives on local disk; set metastore='postgres' with a metastore_conn_id, or 'external' "
+                "and configure the Hive metastore in Spark"
+            )
+        if self.metastore == "postgres" and not self.metastore_conn_id and not self.metastore_url:
+            raise ConfigError(
+                "lake metastore 'postgres' needs metastore_conn_id: the Airflow connection of the "
+                "PostgreSQL database that keeps the lake's catalog"
+            )
+        if self.metastore != "postgres" and (self.metastore_conn_id or self.metastore_url):
+            raise ConfigError(
+                f"lake option metastore_conn_id is for metastore 'postgres', not {self.metastore!r}"
             )
 
     @classmethod
@@ -93,7 +112,7 @@ class LakeDestination:
         if unknown:
             raise ConfigError(
                 f"lake destination option(s) {', '.join(sorted(unknown))} unknown; "
-                "use warehouse, database, metastore"
+                "use warehouse, database, metastore, metastore_conn_id"
             )
         warehouse = str(data.get("warehouse") or default_warehouse())
         if warehouse.startswith("file:") and not warehouse.startswith("file://"):
@@ -104,7 +123,8 @@ class LakeDestination:
         return cls(**data)
 
     def to_config(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options as ``from_config`` takes them (the metastore's connection only when set)."""
+        return {k: v for k, v in asdict(self).items() if v != "" or not k.startswith("metastore_")}
 
     @property
     def local_path(self) -> str | None:
@@ -134,4 +154,13 @@ class LakeDestination:
             conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
                 f"jdbc:derby:;databaseName={local}/metastore_db;create=true"
             )
+        elif self.metastore == "postgres":
+            conf["spark.sql.warehouse.dir"] = f"{self.warehouse.rstrip('/')}/warehouse"
+            # no process creates the schema on the fly (concurrent sessions deadlock doing so):
+            # the job makes it once, under a lock (spark/metastore_postgres.py), and Hive checks it
+            conf["spark.hadoop.datanucleus.schema.autoCreateAll"] = "false"
+            conf["spark.hadoop.hive.metastore.schema.verification"] = "true"
+            conf["spark.hadoop.javax.jdo.option.ConnectionDriverName"] = "org.postgresql.Driver"
+            if self.metastore_url:
+                conf["spark.hadoop.javax.jdo.option.ConnectionURL"] = self.metastore_url
         return conf

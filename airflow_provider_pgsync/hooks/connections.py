@@ -29,14 +29,16 @@ class NeededConnection:
 
 
 def destination_connections(destinations: Iterable[Mapping[str, Any]]) -> list[NeededConnection]:
-    """The connections the destination configs name (``conn_id`` of a postgres or custom one)."""
+    """The connections the destination configs name (``conn_id`` of a postgres or custom one,
+    ``metastore_conn_id`` of a lake)."""
     found = []
     for config in destinations:
-        conn_id = config.get("conn_id")
-        if isinstance(conn_id, str) and conn_id:
-            kind = config.get("kind", "lake")
-            name = config.get("name", kind)
-            found.append(NeededConnection(conn_id, f"destination {name!r} ({kind}, its 'conn_id')"))
+        kind = config.get("kind", "lake")
+        name = config.get("name", kind)
+        for option in ("conn_id", "metastore_conn_id"):
+            conn_id = config.get(option)
+            if isinstance(conn_id, str) and conn_id:
+                found.append(NeededConnection(conn_id, f"destination {name!r} ({kind}, its {option!r})"))
     return found
 
 

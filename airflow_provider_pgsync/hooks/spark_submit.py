@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME, PassEntry, write_passfile
 from airflow_provider_pgsync.changelog.private import PRIVATE_UMASK
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import archive_options, driver_archive, dump_command
@@ -95,6 +97,23 @@ class BaselineSubmitHook(SparkSubmitHook):
         """Set an environment variable of the job's driver (``env_vars``; on YARN and Kubernetes
         the provider passes them as ``--conf``: never a secret)."""
         self._env_vars = {**(self._env_vars or {}), name: value}
+
+    def ship_passwords(self, entries: Sequence[PassEntry], work: Path) -> str:
+        """Give the job a password file of ``entries``: written in the private folder ``work``,
+        shipped with the job (``--files``), found by the driver and the executors through
+        ``PGPASSFILE`` (a path, no secret); the name the job's tasks find it by."""
+        if self.kubernetes and self.cluster_mode:
+            raise ConfigError(
+                "on Kubernetes in cluster mode a job cannot take a password file from this worker; "
+                "run it in client mode, or use connections that need no password"
+            )
+        file = work / PASSFILE_NAME
+        write_passfile(file, entries)
+        self.add_file(str(file))
+        # in cluster mode the driver finds the shipped copy in its working directory
+        self.set_env("PGPASSFILE", PASSFILE_NAME if self.cluster_mode else str(file))
+        self.set_conf("spark.executorEnv.PGPASSFILE", PASSFILE_NAME)
+        return PASSFILE_NAME
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         """Submit as the provider does, with the umask 077: spark-submit and what it starts here

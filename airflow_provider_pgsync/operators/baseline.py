@@ -18,7 +18,7 @@ from airflow.sdk import BaseOperator, Context
 from psycopg import sql
 
 from airflow_provider_pgsync.baseline import moves
-from airflow_provider_pgsync.baseline.passfile import PASSFILE_NAME, PassEntry, write_passfile
+from airflow_provider_pgsync.baseline.passfile import PassEntry, pass_entry
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.capture.health import baseline_slot_problem, slot_creation_bound
@@ -45,6 +45,12 @@ from airflow_provider_pgsync.hooks.connections import (
     destination_connections,
     source_and_state,
 )
+from airflow_provider_pgsync.hooks.lake_metastore import (
+    JDBC_DRIVER_JAR,
+    metastore_passwords,
+    resolved,
+    with_driver_class_path,
+)
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
@@ -53,7 +59,6 @@ from airflow_provider_pgsync.operators.baseline_destinations import (
     ReplicaBaselines,
     check_custom,
     load_custom,
-    pass_entry,
 )
 from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
@@ -70,8 +75,6 @@ from airflow_provider_pgsync.state.model import (
 from airflow_provider_pgsync.state.store import StateStore, update_state
 from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
 
-JDBC_DRIVER_JAR = "/usr/share/java/postgresql.jar"
-"""Where Debian's libpostgresql-jdbc-java puts the driver; the default of ``spark_jars``."""
 _SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
 
 
@@ -543,7 +546,8 @@ class PgBaselineOperator(BaseOperator):
             else (JDBC_DRIVER_JAR if Path(JDBC_DRIVER_JAR).exists() else None)
         )
         spec_path, result_path = work / "spec.json", work / "result.json"
-        options = {"driver_memory": "2g", **self.spark_submit_options}
+        lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
+        options = with_driver_class_path(lakes, {"driver_memory": "2g", **self.spark_submit_options})
         submit = BaselineSubmitHook(
             conn_id=self.spark_conn_id,
             conf=conf,
@@ -563,8 +567,7 @@ class PgBaselineOperator(BaseOperator):
         in ``work`` and shipped with the job. The driver and the executors' JVMs find it through
         ``PGPASSFILE`` (a path, no secret), the job's Python tasks through the spec."""
         if self.spark_password_file:
-            path, shipped = self.spark_password_file, False
-            driver = executors = path
+            path = self.spark_password_file
         else:
             entries = self._pass_entries(spec)
             if not entries:
@@ -577,21 +580,19 @@ class PgBaselineOperator(BaseOperator):
                     "Kubernetes secret, mount it with spark.kubernetes.driver.secrets.<secret> and "
                     "spark.kubernetes.executor.secrets.<secret>, and name the file with spark_password_file"
                 )
-            file = work / PASSFILE_NAME
-            write_passfile(file, entries)
-            submit.add_file(str(file))
-            path, shipped, executors = PASSFILE_NAME, True, PASSFILE_NAME
-            # in cluster mode the driver finds the shipped copy in its working directory
-            driver = PASSFILE_NAME if submit.cluster_mode else str(file)
-        submit.set_env("PGPASSFILE", driver)
-        submit.set_conf("spark.executorEnv.PGPASSFILE", executors)
-        return dataclasses.replace(spec, passfile=path, passfile_shipped=shipped)
+            path = submit.ship_passwords(entries, work)
+            return dataclasses.replace(spec, passfile=path, passfile_shipped=True)
+        submit.set_env("PGPASSFILE", path)
+        submit.set_conf("spark.executorEnv.PGPASSFILE", path)
+        return dataclasses.replace(spec, passfile=path, passfile_shipped=False)
 
     def _pass_entries(self, spec: BaselineJobSpec) -> list[PassEntry]:
-        """The passwords of the source and the PostgreSQL destinations, for their conninfos."""
+        """The passwords of the source, the PostgreSQL destinations and the lakes' PostgreSQL
+        metastores, for their conninfos."""
         password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).connection.password
         entries = [pass_entry(spec.conninfo, password)] if password else []
-        return entries + self._replicas.pass_entries()
+        lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
+        return entries + self._replicas.pass_entries() + metastore_passwords(lakes)
 
     # ---- custom destinations (Destination.load_baseline)
 
@@ -672,4 +673,4 @@ def _lake(config: Mapping[str, Any]) -> LakeDestination:
             f"destination kind {kind!r} cannot take a baseline; "
             "the baseline writes to 'lake', 'postgres' and 'custom' destinations"
         )
-    return LakeDestination.from_config(dict(config))
+    return resolved(LakeDestination.from_config(dict(config)))

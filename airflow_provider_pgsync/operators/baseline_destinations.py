@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 
-from airflow_provider_pgsync.baseline.passfile import PassEntry
+from airflow_provider_pgsync.baseline.passfile import PassEntry, pass_entry
 from airflow_provider_pgsync.baseline.plan import base_query
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult
 from airflow_provider_pgsync.destinations.configs import (
@@ -217,19 +216,6 @@ class ReplicaBaselines:
 
     def _drop(self, destination: PostgresDestination, staging: str) -> None:
         destination.discard_baseline(staging)
-
-
-def pass_entry(conninfo: str, password: str) -> PassEntry:
-    """The password-file entry of the database ``conninfo`` names (as libpq and the JDBC URL
-    name it: the same host, port, database and user)."""
-    params = conninfo_to_dict(conninfo)
-    return PassEntry(
-        host=str(params.get("host") or "localhost"),
-        port=str(params.get("port") or "5432"),
-        dbname=str(params.get("dbname") or ""),
-        user=str(params.get("user") or ""),
-        password=password,
-    )
 
 
 def check_custom(configs: Sequence[Mapping[str, Any]]) -> None:

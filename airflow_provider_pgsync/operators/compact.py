@@ -12,7 +12,12 @@ from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.errors import ConfigError, DestinationError
-from airflow_provider_pgsync.hooks.connections import check_connections, source_and_state
+from airflow_provider_pgsync.hooks.connections import (
+    check_connections,
+    destination_connections,
+    source_and_state,
+)
+from airflow_provider_pgsync.hooks.lake_metastore import metastore_passwords, resolved, with_driver_class_path
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.capture import open_state_store
@@ -72,10 +77,11 @@ class PgCompactOperator(BaseOperator):
     def execute(self, context: Context) -> list[dict[str, Any]]:
         if self.destination.get("kind", "lake") != "lake":
             raise ConfigError(f"PgCompactOperator compacts lake destinations, not {self.destination!r}")
-        if self.pipeline is not None:  # the lake itself needs no connection
-            needed = source_and_state(self.postgres_conn_id, self.state_conn_id)
-            check_connections("PgCompactOperator", self.task_id, needed)
-        lake = LakeDestination.from_config(self.destination)
+        needed = destination_connections([self.destination])  # a PostgreSQL metastore's
+        if self.pipeline is not None:
+            needed = source_and_state(self.postgres_conn_id, self.state_conn_id) + needed
+        check_connections("PgCompactOperator", self.task_id, needed)
+        lake = resolved(LakeDestination.from_config(self.destination))
         tables = self._lake_tables()
         conf = {
             "spark.ui.showConsoleProgress": "false",
@@ -91,8 +97,11 @@ class PgCompactOperator(BaseOperator):
                 name="pgsync-compaction",
                 application_args=["--spec", str(spec_path), "--result", str(result_path)],
                 env_vars={"PYTHONWARNINGS": "ignore::FutureWarning", **driver_environment()},
-                **{"driver_memory": "2g", **self.spark_submit_options},
+                **with_driver_class_path([lake], {"driver_memory": "2g", **self.spark_submit_options}),
             )
+            passwords = metastore_passwords([lake])
+            if passwords:
+                self._submit.ship_passwords(passwords, Path(work))
             try:
                 self._submit.submit(str(_SPARK_DIR / "compact_job.py"))
             finally:

@@ -213,10 +213,17 @@ def _delete(data: bytes, pos: int, xid: int | None) -> Message:
     return Delete(xid, relation_id, before, None)
 
 
+# pgoutput sends an empty namespace for pg_catalog (the protocol's message formats)
+_CATALOG = "pg_catalog"
+
+
 def _relation(data: bytes, pos: int, xid: int | None) -> Message:
     (relation_id,) = _fixed(data, pos, _OID)
     namespace, pos = _string(data, pos + 4, "namespace")
+    start = pos
     name, pos = _string(data, pos, "relation name")
+    if not name:
+        raise _error(data, "empty relation name", start)
     identity = _sub_tag(data, pos, "replica identity")
     if identity not in _REPLICA_IDENTITIES:
         raise _error(data, f"unknown replica identity {bytes([identity])!r}", pos)
@@ -235,7 +242,7 @@ def _relation(data: bytes, pos: int, xid: int | None) -> Message:
         pos += 8
         columns.append(RelationColumn(flags, column_name, type_oid, type_modifier))
     _end(data, pos)
-    return Relation(xid, relation_id, namespace, name, chr(identity), tuple(columns))
+    return Relation(xid, relation_id, namespace or _CATALOG, name, chr(identity), tuple(columns))
 
 
 def _type(data: bytes, pos: int, xid: int | None) -> Message:
@@ -243,7 +250,7 @@ def _type(data: bytes, pos: int, xid: int | None) -> Message:
     namespace, pos = _string(data, pos + 4, "namespace")
     name, pos = _string(data, pos, "type name")
     _end(data, pos)
-    return Type(xid, type_id, namespace, name)
+    return Type(xid, type_id, namespace or _CATALOG, name)
 
 
 def _truncate(data: bytes, pos: int, xid: int | None) -> Message:

@@ -34,6 +34,7 @@ class LakeDestinationConfig:
     warehouse: str | None = None
     database: str = "pgsync"
     metastore: str = "derby"
+    metastore_conn_id: str | None = None
     kind: ClassVar[str] = "lake"
 
     def __post_init__(self) -> None:
@@ -55,8 +56,15 @@ class LakeDestinationConfig:
             checks.add(
                 "metastore",
                 f"the embedded derby metastore needs a local warehouse, not {self.warehouse!r}; "
-                "use metastore 'external' and configure the Hive metastore in spark.conf",
+                "use metastore 'postgres' with a metastore_conn_id, or 'external' and configure the "
+                "Hive metastore in spark.conf",
             )
+        if self.metastore == "postgres":
+            problem = conn_id_problem(self.metastore_conn_id)
+            if problem:
+                checks.add("metastore_conn_id", f"{problem} (the PostgreSQL database of the lake's catalog)")
+        elif self.metastore_conn_id is not None:
+            checks.add("metastore_conn_id", f"is for metastore 'postgres', not {self.metastore!r}")
         if not checks.found:  # the destination's own checks, in case they are stricter
             checks.catch("", lambda: LakeDestination.from_config(self.to_mapping()))
         checks.raise_any("lake destination")
@@ -68,6 +76,8 @@ class LakeDestinationConfig:
     def to_mapping(self) -> dict[str, Any]:
         """The destination config the operators take (no warehouse: the default where the task runs)."""
         data: dict[str, Any] = {"kind": self.kind, "database": self.database, "metastore": self.metastore}
+        if self.metastore_conn_id is not None:
+            data["metastore_conn_id"] = self.metastore_conn_id
         if self.warehouse is not None:
             data["warehouse"] = self.warehouse
         return data

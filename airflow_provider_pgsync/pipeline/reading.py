@@ -22,7 +22,7 @@ A complete file (every key shown; only the first three are required)::
           - kind: lake
             warehouse: /data/lake       # default $PGSYNC_LAKE or $AIRFLOW_HOME/pgsync/lake
             database: pgsync
-            metastore: derby            # derby | external
+            metastore: derby            # derby | postgres (+ metastore_conn_id) | external
           - kind: postgres
             conn_id: replica_db
             name: replica               # key of its watermark; default postgres

@@ -55,7 +55,7 @@ CDC_SCHEDULE = ValueType(
 
 _TABLE_KEYS = {"table": STR, "columns": LIST, "row_filter": STR}
 _DESTINATION_KEYS: dict[str, dict[str, ValueType]] = {
-    "lake": {"kind": STR, "warehouse": OPT_STR, "database": STR, "metastore": STR},
+    "lake": {"kind": STR, "warehouse": OPT_STR, "database": STR, "metastore": STR, "metastore_conn_id": STR},
     "postgres": {"kind": STR, "conn_id": STR, "name": STR, "control_schema": STR, "fillfactor": INT},
     "custom": {"kind": STR, "class": STR, "name": STR},  # any other key is an option of the class
 }

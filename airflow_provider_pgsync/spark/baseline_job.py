@@ -36,6 +36,7 @@ from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile, PostgresCopy, with_passfile
 from airflow_provider_pgsync.spark.convert import convert
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
+from airflow_provider_pgsync.spark.metastore_postgres import open_metastore
 from airflow_provider_pgsync.spark.progress import Progress, log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
@@ -63,6 +64,8 @@ def run(spec: BaselineJobSpec) -> BaselineResult:
     spark = builder.getOrCreate()
     try:
         use_passfile(spark, passfile(spec))
+        for lake in lakes:
+            open_metastore(spark, lake)
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")

@@ -33,7 +33,10 @@ def main() -> int:
             spark.sql("CREATE DATABASE IF NOT EXISTS archive")
             df = spark.range(100).selectExpr("id", "cast(id AS string) AS s", "current_timestamp() AS at")
             df.write.mode("overwrite").saveAsTable("archive.t")
-            spark.sql("CREATE OR REPLACE VIEW archive.v AS SELECT id, max(s) AS s FROM archive.t GROUP BY id")
+            spark.sql("CREATE VIEW archive.v AS SELECT id, s FROM archive.t")  # as a swap makes it,
+            spark.sql(
+                "ALTER VIEW archive.v AS SELECT id, max(s) AS s FROM archive.t GROUP BY id"
+            )  # and changes it
             spark.table("archive.v").mapInArrow(_same, "id long, s string").collect()
         finally:
             spark.stop()

@@ -51,6 +51,7 @@ from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segme
 from airflow_provider_pgsync.spark.convert import column_ref
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
 from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
+from airflow_provider_pgsync.spark.metastore_postgres import open_metastore
 from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
+        open_metastore(spark, lake)
         results = compact(spark, lake, [TableRef.parse(t) for t in spec["tables"]])
     finally:
         spark.stop()

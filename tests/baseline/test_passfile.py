@@ -8,11 +8,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_pgsync.baseline import passfile
 from airflow_provider_pgsync.baseline.passfile import (
     PassEntry,
     passfile_text,
+    password_for,
     private_passfile,
     write_passfile,
 )
@@ -28,6 +31,22 @@ def test_fields_are_escaped_and_an_empty_user_matches_any() -> None:
         ]
     )
     assert text == "db.example:5432:shop:app:a\\:b\\\\c\n/var/run/postgresql:5433:x\\:y:*:p\n"
+
+
+_FIELD = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), min_size=1)
+
+
+@given(host=_FIELD, dbname=_FIELD, user=_FIELD, password=_FIELD)
+def test_a_job_reads_back_the_password_written_for_its_target(
+    host: str, dbname: str, user: str, password: str
+) -> None:
+    """What the jobs read (the lake's metastore password) is what the operator wrote, whatever
+    ``:`` and ``\\`` the fields hold; another target finds nothing, a ``*`` user anything."""
+    text = passfile_text([PassEntry(host, "5432", dbname, user, password)])
+    assert password_for(text, host, "5432", dbname, user) == password
+    assert password_for(text, host, "5433", dbname, user) is None
+    anyone = passfile_text([PassEntry(host, "5432", dbname, "", password)])
+    assert password_for(anyone, host, "5432", dbname, user) == password
 
 
 def test_the_same_target_twice_must_agree() -> None:

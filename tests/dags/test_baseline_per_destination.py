@@ -31,6 +31,8 @@ from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
 from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 LAKE_AND_REPLICA = [{"kind": "lake"}, {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 FAR = "294247-01-01 23:59:59.999999"
 

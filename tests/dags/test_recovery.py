@@ -18,6 +18,8 @@ from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, free_port
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 TABLE = "public.accounts"
 
 

@@ -35,6 +35,8 @@ from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 REPLICA = [{"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 A, B, C, D, E = (f"public.{t}" for t in "abcde")
 

@@ -22,6 +22,8 @@ from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica, login_role
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 TABLES = ["public.items", "public.tags"]
 
 

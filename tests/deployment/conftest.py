@@ -111,7 +111,12 @@ class Scheduled:
         self.deployment.wait_schedule(self.dag("cdc"), lambda found: summary in found, timeout=120)
 
 @pytest.fixture(scope="package")
-def scheduled(pg_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scheduled]:
+def scheduled(
+    pg_cluster: Cluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    airflow_deployment: None,
+    spark_drivers: None,
+) -> Iterator[Scheduled]:
     """The deployment with pipeline ``sched`` set up and baselined (cdc paused, tables SyncDone)."""
     root = tmp_path_factory.mktemp("deployment")
     for name in ("sched_source", "sched_replica", "sched_airflow"):

@@ -48,7 +48,7 @@ def test_derby_needs_a_local_warehouse(warehouse: str) -> None:
         LakeDestination(warehouse)
     message = str(info.value)
     assert warehouse in message
-    assert "metastore='external'" in message
+    assert "metastore='postgres'" in message and "'external'" in message
     assert "Derby" in message
 
 
@@ -298,3 +298,36 @@ def test_catalog_names_stay_one_folder_in_the_lake_and_fit_the_metastore(table: 
     assert len(name) + len("__changes_v20261124T102654Z-823fc1d2") <= 256
     lake = LakeDestination.from_config({"warehouse": "/data/lake"})
     assert lake.table_dir(table) == f"/data/lake/pgsync/{name}"
+
+
+def test_spark_conf_for_a_postgres_metastore_has_no_password_and_no_auto_creation() -> None:
+    lake = LakeDestination(
+        "s3a://bucket/lake",
+        metastore="postgres",
+        metastore_conn_id="lake_catalog",
+        metastore_url="jdbc:postgresql://db:5432/catalog",
+        metastore_conninfo="host=db port=5432 dbname=catalog user=lake",
+    )
+    assert lake.spark_conf() == {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.sql.warehouse.dir": "s3a://bucket/lake/warehouse",
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
+        "spark.hadoop.hive.metastore.schema.verification": "true",
+        "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:postgresql://db:5432/catalog",
+    }
+    assert LakeDestination.from_config(lake.to_config()) == lake
+
+
+def test_a_postgres_metastore_needs_its_connection_and_only_it_takes_one() -> None:
+    with pytest.raises(ConfigError, match="metastore 'postgres' needs metastore_conn_id"):
+        LakeDestination("/srv/lake", metastore="postgres")
+    with pytest.raises(ConfigError, match="metastore_conn_id is for metastore 'postgres', not 'derby'"):
+        LakeDestination("/srv/lake", metastore_conn_id="catalog")
+    # a lake without one keeps its config as before (no empty metastore options)
+    assert LakeDestination("/srv/lake").to_config() == {
+        "warehouse": "/srv/lake",
+        "database": "pgsync",
+        "metastore": "derby",
+        "kind": "lake",
+    }

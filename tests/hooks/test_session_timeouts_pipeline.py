@@ -23,6 +23,8 @@ from tests.capture.conftest import make_pipeline as make_pipeline_fixture  # noq
 from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, unlimited  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 DDL = ["CREATE TABLE items (id bigint PRIMARY KEY, name text, n numeric, at timestamptz)"]
 LOAD = """INSERT INTO items SELECT g, 'name ' || g, g / 7.0, '2024-01-01 00:00+00'::timestamptz
     + g * interval '1 minute' FROM generate_series(%s::bigint, %s::bigint) g"""

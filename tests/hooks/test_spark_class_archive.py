@@ -104,6 +104,7 @@ def test_a_failed_write_is_logged_and_tried_again_a_day_later(
     again.release()
 
 
+@pytest.mark.usefixtures("spark_drivers")
 def test_a_job_that_fails_has_no_archive_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The job's driver fails (a real spark-submit): nothing is written, and the next job may."""
     monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")  # not the tests' archive
@@ -181,6 +182,7 @@ open(sys.argv[1], "w").write("mapped" if sys.argv[2] in maps else "not mapped")
 """
 
 
+@pytest.mark.usefixtures("spark_drivers")
 def test_real_drivers_write_then_map_the_archive_and_a_bad_one_is_ignored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -230,6 +232,7 @@ def test_a_class_path_folder_with_files_means_no_archive(tmp_path: Path, variabl
     assert driver_archive("", _env(tmp_path / "other"), driver_class_path=extra) is None
 
 
+@pytest.mark.usefixtures("spark_drivers")
 def test_real_drivers_with_a_configuration_folder_run_without_an_archive(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

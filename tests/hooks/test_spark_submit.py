@@ -87,6 +87,7 @@ def _no_jit_options() -> str:
     return " ".join(w for w in options if not w.startswith("-XX:Tiered"))
 
 
+@pytest.mark.usefixtures("spark_drivers")
 @pytest.mark.parametrize(
     ("conf", "level"),
     [({}, "1"), ({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, "4")],

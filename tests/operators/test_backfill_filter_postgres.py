@@ -14,6 +14,8 @@ from tests.capture.conftest import Pipeline
 from tests.conftest import Database
 from tests.operators.test_backfill_keys import REPLICA, TABLE, cdc, ready_replica  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 
 @pytest.mark.slow
 def test_a_filter_backfill_repairs_the_matching_rows_of_a_replica(

@@ -24,6 +24,8 @@ from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa
 from tests.conftest import Database, RunDag
 from tests.operators.test_baseline_postgres import replica_conn_id, writer  # noqa: F401 (a fixture)
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-destination.md"
 TABLE = "public.items"
 DDL = [

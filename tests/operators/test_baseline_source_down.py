@@ -22,6 +22,8 @@ from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database, free_port
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 TABLE = "public.t"
 
 

@@ -504,3 +504,12 @@ def test_golden_payload_decodes_and_re_encodes(path: Path) -> None:
         assert encode(msg) == payload
         return
     pytest.fail(f"{path.name} decodes in no context: {errors}")
+
+
+def test_the_empty_namespace_is_pg_catalog_and_a_relation_has_a_name() -> None:
+    """pgoutput sends pg_catalog as the empty namespace; a Relation without a name is no
+    message the server sends (a DecodeError, not a table named '')."""
+    relation = decode_message(b"R" + u32(7) + b"\0pg_class\0d" + i16(0), in_stream=False)
+    assert isinstance(relation, Relation) and relation.namespace == "pg_catalog"
+    with pytest.raises(DecodeError, match="empty relation name"):
+        decode_message(b"R" + u32(7) + b"public\0\0d" + i16(0), in_stream=False)

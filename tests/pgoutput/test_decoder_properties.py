@@ -52,6 +52,8 @@ i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 lsns = st.builds(LSN, st.integers(0, 2**64 - 1))
 names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
+# a relation's or a type's: pg_catalog is sent as the empty namespace, a relation always has a name
+namespaces = st.one_of(st.just("pg_catalog"), names.filter(bool))
 xids = st.none() | u32
 
 
@@ -72,12 +74,12 @@ messages: st.SearchStrategy[Message] = st.one_of(
         Relation,
         xids,
         u32,
-        names,
-        names,
+        namespaces,
+        names.filter(bool),
         st.sampled_from("dnfi"),
         st.lists(columns, max_size=5).map(tuple),
     ),
-    st.builds(Type, xids, u32, names, names),
+    st.builds(Type, xids, u32, namespaces, names),
     st.builds(Insert, xids, u32, tuples()),
     st.builds(Update, xids, u32, st.none(), st.none(), tuples()),
     st.builds(Update, xids, u32, tuples(), st.none(), tuples()),

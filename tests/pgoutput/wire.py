@@ -83,7 +83,7 @@ def _write(w: Writer, msg: Message) -> None:
             w.raw(b"R")
             w.xid(msg.xid)
             w.pack("I", msg.relation_id)
-            w.string(msg.namespace)
+            w.string("" if msg.namespace == "pg_catalog" else msg.namespace)  # as the server sends it
             w.string(msg.relation_name)
             w.raw(msg.replica_identity.encode("ascii"))
             w.pack("h", len(msg.columns))
@@ -96,7 +96,7 @@ def _write(w: Writer, msg: Message) -> None:
             w.raw(b"Y")
             w.xid(msg.xid)
             w.pack("I", msg.type_id)
-            w.string(msg.namespace)
+            w.string("" if msg.namespace == "pg_catalog" else msg.namespace)
             w.string(msg.name)
         case Insert():
             w.raw(b"I")

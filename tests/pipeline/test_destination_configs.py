@@ -33,7 +33,20 @@ def test_lake_destination_names_are_the_names_apply_keeps_watermarks_under(tmp_p
 def test_metastores_are_the_lake_s() -> None:
     for metastore in METASTORES:
         warehouse = None if metastore == "derby" else "s3://bucket/lake"
-        assert LakeDestinationConfig(warehouse=warehouse, metastore=metastore).metastore == metastore
+        conn_id = "lake_catalog" if metastore == "postgres" else None
+        config = LakeDestinationConfig(warehouse=warehouse, metastore=metastore, metastore_conn_id=conn_id)
+        assert config.metastore == metastore
+
+
+def test_a_postgres_metastore_names_its_connection() -> None:
+    with pytest.raises(PipelineConfigError, match="metastore_conn_id: must name an Airflow connection"):
+        LakeDestinationConfig(metastore="postgres")
+    with pytest.raises(PipelineConfigError, match="metastore_conn_id: must name an Airflow connection"):
+        LakeDestinationConfig(metastore="postgres", metastore_conn_id="x y; DROP")
+    with pytest.raises(PipelineConfigError, match="metastore_conn_id: is for metastore 'postgres'"):
+        LakeDestinationConfig(metastore="derby", metastore_conn_id="lake_catalog")
+    config = LakeDestinationConfig(metastore="postgres", metastore_conn_id="lake_catalog")
+    assert config.to_mapping()["metastore_conn_id"] == "lake_catalog"
 
 
 def test_the_fillfactor_defaults_to_the_postgres_destination_s() -> None:

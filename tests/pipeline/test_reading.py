@@ -86,7 +86,7 @@ MISTAKES: list[tuple[dict[str, Any], str, list[str]]] = [
      "destinations[0].fillfactor", ["must be an integer", "the string '70'"]),
     ({"destinations": [{"kind": "lake", "name": "x"}]}, "destinations[0].name",
      ["warehouse, database, metastore"]),
-    ({"destinations": [{"metastore": "glue"}]}, "destinations[0].metastore", ["derby, external"]),
+    ({"destinations": [{"metastore": "glue"}]}, "destinations[0].metastore", ["derby, postgres, external"]),
     ({"destinations": [{"database": "Sales"}]}, "destinations[0].database", ["lower-case"]),
     ({"destinations": [{"warehouse": "s3://b/lake"}]}, "destinations[0].metastore", ["local", "external"]),
     ({"destinations": [{"warehouse": "lake"}]}, "destinations[0].warehouse", ["'lake' is relative"]),

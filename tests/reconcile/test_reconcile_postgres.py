@@ -22,6 +22,8 @@ from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
 from tests.reconcile.conftest import RecordingTI, apply_into, looping, wait_for_repair, writer
 
+pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+
 DDL = [
     "CREATE TABLE items (id bigint PRIMARY KEY, v text, n numeric(10,2), at timestamptz, f float8, a int[])",
     "CREATE TABLE bag (k text, n int)",
