@@ -48,6 +48,13 @@ os.environ.setdefault("PGSYNC_SPARK_CLASS_ARCHIVE_DIR", str(REPO / ".dev" / "spa
 
 from tests import spark_starts, tiers  # noqa: E402
 
+# fixtures of tests/support that many folders use
+pytest_plugins = [
+    "tests.support.apply_lifecycle",
+    "tests.support.backfill",
+    "tests.support.sqlite_destination",
+]
+
 _SPARK_STARTS = spark_starts.run_folder(REPO)
 
 
@@ -184,6 +191,15 @@ def replica(pg_cluster: Cluster) -> Iterator[Database]:
         yield Database(pg_cluster, name)
     finally:
         pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An Airflow connection id (through AIRFLOW_CONN_*) pointing at ``replica``."""
+    conn_id = "pgsync_replica"
+    url = replica.cluster.url(replica.name, with_password=True)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
+    return conn_id
 
 
 MakeReplica = Callable[[str], Database]

@@ -19,9 +19,9 @@ from airflow_provider_pgsync.hooks.spark_submit import driver_environment
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
-from tests.apply.test_apply_postgres import apply_into, column_names
 from tests.capture.conftest import Pipeline
 from tests.conftest import Database
+from tests.support.replica import apply_into, column_names
 
 SESSION = Path(__file__).with_name("lake_session.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +49,12 @@ def baseline(
             meanwhile()
         for future in running:
             future.result()
+
+
+def cdc_into_lake(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:
+    """A capture until the slot is idle, then an apply into the lake (``apply_lake_operator``)."""
+    pipeline.capture_until_idle()
+    return apply_lake_operator(pipeline, source_conn_id, lake)
 
 
 def apply_lake_operator(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:

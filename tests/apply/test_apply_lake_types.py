@@ -12,10 +12,10 @@ from pathlib import Path
 
 from airflow_provider_pgsync.state.phases import Ready
 from tests.apply.lake import apply_lake, baseline, lake_session
-from tests.apply.test_apply_postgres import column_names
-from tests.baseline.test_baseline_types import ANCIENT_ID, create_all_types
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.all_types import ANCIENT_ID, create_all_types
+from tests.support.replica import column_names
 
 TABLE = "public.all_types"
 SHIFT = 100

@@ -3,21 +3,20 @@ TOAST, key changes, deletes, TRUNCATE and a table without a key, compared with t
 
 from __future__ import annotations
 
-import psycopg
-from psycopg import sql
-
-from airflow_provider_pgsync.apply.destination import Destination
-from airflow_provider_pgsync.apply.run import apply_table
-from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
-from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
-from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.capture.conftest import MakePipeline, Pipeline
+from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.replica import (
+    apply_all,
+    copy_base,
+    empty_capture_baseline,
+    exported_snapshot,
+    rows,
+)
 
 DDL = [
     "CREATE TABLE orders (id bigint PRIMARY KEY, note text, doc text, amount numeric(10,2),"
@@ -27,91 +26,6 @@ DDL = [
     "ALTER TABLE events REPLICA IDENTITY FULL",
 ]
 TABLES = ["public.orders", "public.events"]
-
-
-def column_names(database: Database, table: str) -> list[str]:
-    with database.connect() as conn:
-        found = conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
-            " AND NOT attisdropped ORDER BY attnum",
-            (table,),
-        ).fetchall()
-    return [r[0] for r in found]
-
-
-def rows(database: Database, table: str) -> list[tuple[str | None, ...]]:
-    """The table's rows as text, sorted (a multiset for tables without a key)."""
-    names = column_names(database, table)
-    with database.connect() as conn:
-        conn.execute("SET TimeZone = 'UTC'")
-        query = sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names),
-            TableRef.parse(table).identifier,
-        )
-        return sorted(conn.execute(query).fetchall(), key=lambda r: tuple((v is None, v or "") for v in r))
-
-
-def exported_snapshot(conn: psycopg.Connection) -> SyncDone:  # type: ignore[type-arg]
-    """The hand-off a baseline reading in ``conn``'s REPEATABLE READ snapshot records."""
-    row = conn.execute(
-        "SELECT pg_export_snapshot(), pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint,"
-        " ARRAY(SELECT pg_snapshot_xip(s)::text::bigint), pg_current_wal_insert_lsn()::text"
-        " FROM pg_current_snapshot() s"
-    ).fetchone()
-    assert row is not None
-    return SyncDone(row[0], LSN.parse(row[4]), row[1], row[2], tuple(row[3]))
-
-
-def copy_base(source: psycopg.Connection, replica: Database, table: str) -> None:  # type: ignore[type-arg]
-    """The test's baseline: the table as ``source``'s open snapshot sees it, into the replica."""
-    ident = TableRef.parse(table).identifier
-    with (
-        replica.connect() as out,
-        out.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(ident)) as sink,
-        source.cursor().copy(sql.SQL("COPY {} TO STDOUT").format(ident)) as data,
-    ):
-        for block in data:
-            sink.write(block)
-
-
-def empty_baseline(source: Database, replica: Database, name: str, table: str, lineage: str) -> None:
-    """A real baseline of the empty ``table`` into the PostgreSQL destination ``name`` on
-    ``replica``: the table made, its lineage and identity recorded, as the baseline's swap does."""
-    ref = TableRef.parse(table)
-    with source.connect() as conn:
-        columns = column_infos(conn, ref)
-    destination = PostgresDestination(replica.conninfo, name=name)
-    try:
-        staging = destination.prepare_baseline(ref, columns, lineage)
-        destination.finish_baseline(ref, staging, lineage, columns)
-    finally:
-        destination.close()
-
-
-def apply_all(pipeline: Pipeline, replica: Database) -> dict[str, object]:
-    """One apply run of every table into the replica; records the phases; returns them."""
-    return apply_into(pipeline, PostgresDestination(replica.conninfo, name="replica"))
-
-
-def apply_into(pipeline: Pipeline, destination: Destination) -> dict[str, object]:
-    """One apply run of every table into ``destination`` (closed after); records the phases."""
-    state = pipeline.state()
-    try:
-        results = {
-            key: apply_table(Changelog(pipeline.settings.changelog_uri), state, ts, destination, batch_rows=7)
-            for key, ts in state.tables.items()
-        }
-    finally:
-        destination.close()
-
-    def record(current: PipelineState) -> PipelineState:
-        for key, result in results.items():
-            if result.phase != current.tables[key].phase:
-                current = current.with_table_phase(key, result.phase)
-        return current
-
-    update_state(pipeline.store, pipeline.name, record)
-    return {key: r.phase for key, r in results.items()}
 
 
 def test_capture_and_apply_reach_the_source_exactly(
@@ -205,21 +119,11 @@ def test_a_failing_destination_errors_its_table_and_leaves_capture_alone(
     assert isinstance(pipeline.state().table("public.orders").phase, Errored)
 
 
-def _empty_baseline(pipeline: Pipeline, database: Database, table: str) -> None:
-    """The baseline of an empty table: nothing to copy, every later transaction applies."""
-    xmax, lsn = database.execute(
-        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
-    )[0]
-    done = SyncDone("00000003-00000002-1", LSN.parse(str(lsn)), int(str(xmax)), int(str(xmax)))
-    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, DataSync()))
-    update_state(pipeline.store, pipeline.name, lambda s: s.with_table_phase(table, done))
-
-
 def test_schema_changes_continue_or_send_the_table_back_to_baseline(
     make_pipeline: MakePipeline, database: Database, replica: Database
 ) -> None:
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["public.items"])
-    _empty_baseline(pipeline, database, "public.items")
+    empty_capture_baseline(pipeline, database, "public.items")
     database.execute("INSERT INTO items VALUES (1, 'one'), (2, 'two')")
     pipeline.capture_until_idle()
     assert apply_all(pipeline, replica) == {"public.items": Ready()}
@@ -254,7 +158,7 @@ def test_a_batch_failing_while_the_next_is_read_keeps_the_earlier_batches_and_th
     a batch that fails leaves every earlier batch applied with its watermark and nothing of
     itself or of the batch read ahead."""
     pipeline = make_pipeline(DDL[:2], TABLES[:1])
-    _empty_baseline(pipeline, database, "public.orders")
+    empty_capture_baseline(pipeline, database, "public.orders")
     for first in (1, 11, 21):  # three transactions of 5 rows: batches of 7 rows cut between them
         database.execute(
             "INSERT INTO orders (id, note) SELECT g, 'n' || g FROM generate_series(%s::int, %s::int) g",

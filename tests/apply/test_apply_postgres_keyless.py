@@ -13,9 +13,9 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.replica import rows
 
 TABLE = "public.bag"
 DDL = [

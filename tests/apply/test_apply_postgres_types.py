@@ -20,9 +20,9 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import apply_into, column_names, rows
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.replica import apply_into, column_names, rows
 
 EXTENSIONS = ["CREATE EXTENSION citext", "CREATE EXTENSION hstore"]
 DDL = [

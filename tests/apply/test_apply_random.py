@@ -21,9 +21,9 @@ from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
 from tests.apply.lake import apply_lake, baseline, lake_session, sort_rows, spark_sql, view_query
-from tests.apply.test_apply_postgres import apply_all, copy_base, rows
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.replica import apply_all, copy_base, rows
 
 DDL = [
     "CREATE TABLE docs (id int PRIMARY KEY, v text, doc text, n numeric)",

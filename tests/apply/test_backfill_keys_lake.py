@@ -23,12 +23,11 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import Ready
-from tests.apply.lake import baseline, lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
-from tests.apply.test_backfill_lake import _cdc
+from tests.apply.lake import baseline, cdc_into_lake, lake_session, sort_rows, view_query
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
-from tests.operators.test_backfill_keys import Writer, backfill_keys
+from tests.support.backfill import Writer, backfill_keys
+from tests.support.replica import rows
 
 TABLE = "public.items"
 EVENTS = "public.events"
@@ -78,7 +77,7 @@ def test_a_key_backfill_repairs_the_lake_under_writes(
     database.execute("INSERT INTO events VALUES (NULL, 1), (NULL, 1), ('b', 50)")
     pipeline = make_pipeline([], [TABLE, EVENTS])
     baseline(pipeline, source_conn_id, [TABLE, EVENTS])
-    _cdc(pipeline, source_conn_id, lake)
+    cdc_into_lake(pipeline, source_conn_id, lake)
     assert pipeline.state().table(TABLE).phase == Ready() and pipeline.state().table(EVENTS).phase == Ready()
     rewrite_base(lake, TABLE, damage_items)
     rewrite_base(lake, EVENTS, damage_events)
@@ -103,13 +102,13 @@ def test_a_key_backfill_repairs_the_lake_under_writes(
         )
         assert (events["rows"], events["absent"]) == (3, 2)
         database.execute("INSERT INTO events VALUES ('a', 1), ('y', 5)")  # the stream goes on
-        _cdc(pipeline, source_conn_id, lake)  # the backfill is applied here, the writer still going
+        cdc_into_lake(pipeline, source_conn_id, lake)  # the backfill is applied here, the writer still going
         assert pipeline.state().table(TABLE).backfill is None, "the backfill was not applied"
         assert pipeline.state().table(EVENTS).backfill is None, "the backfill of events was not applied"
         assert not staged.exists(), "the staged rows were not removed after apply"
-        _cdc(pipeline, source_conn_id, lake)
+        cdc_into_lake(pipeline, source_conn_id, lake)
     assert writer.writes > 10, "the writer hardly wrote"
-    _cdc(pipeline, source_conn_id, lake)
+    cdc_into_lake(pipeline, source_conn_id, lake)
 
     found, found_events = lake_session(lake, [{"sql": view_query(database, t)} for t in (TABLE, EVENTS)])
     assert sort_rows(found) == rows(database, TABLE)

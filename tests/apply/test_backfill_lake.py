@@ -24,18 +24,13 @@ from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import DataSync, PipelineState, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.lake import apply_lake_operator, baseline, lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
+from tests.apply.lake import baseline, cdc_into_lake, lake_session, sort_rows, view_query
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.replica import rows
 
 TABLE = "public.items"
 DDL = ["CREATE TABLE items (id int PRIMARY KEY, name text, doc text)"]
-
-
-def _cdc(pipeline: Pipeline, source_conn_id: str, lake: Path) -> dict[str, Any]:
-    pipeline.capture_until_idle()
-    return apply_lake_operator(pipeline, source_conn_id, lake)
 
 
 def _backfill(pipeline: Pipeline, source_conn_id: str, condition: str | None, table: str = TABLE) -> Any:
@@ -60,7 +55,7 @@ def test_a_backfill_repairs_the_chosen_rows_and_keeps_newer_ones(
     )
     pipeline = make_pipeline([], [TABLE])
     baseline(pipeline, source_conn_id, [TABLE])
-    _cdc(pipeline, source_conn_id, lake)
+    cdc_into_lake(pipeline, source_conn_id, lake)
     assert pipeline.state().table(TABLE).phase == Ready()
 
     # the lake loses the segment of an update of rows 1..100 (as if a file had been lost)
@@ -69,10 +64,10 @@ def test_a_backfill_repairs_the_chosen_rows_and_keeps_newer_ones(
     meta = files.current(TableRef.parse(TABLE))
     assert meta is not None
     before = {key for key, _ in files.segments(TableRef.parse(TABLE), meta)}
-    _cdc(pipeline, source_conn_id, lake)
+    cdc_into_lake(pipeline, source_conn_id, lake)
     [(_, lost)] = [(k, p) for k, p in files.segments(TableRef.parse(TABLE), meta) if k not in before]
     database.execute("INSERT INTO items SELECT g, 'late ' || g, 'x' FROM generate_series(301, 310) g")
-    _cdc(pipeline, source_conn_id, lake)
+    cdc_into_lake(pipeline, source_conn_id, lake)
     Path(lost).unlink()
 
     # committed before the snapshot but not captured yet: in the staged rows and in the stream
@@ -98,7 +93,7 @@ def test_a_backfill_repairs_the_chosen_rows_and_keeps_newer_ones(
     with pytest.raises(StateError, match=r"has backfill .* waiting for apply into lake: run the cdc DAG"):
         _backfill(pipeline, source_conn_id, "id > 200")
 
-    applied = _cdc(pipeline, source_conn_id, lake)
+    applied = cdc_into_lake(pipeline, source_conn_id, lake)
     assert applied[TABLE]["phase"] == "Ready"
     assert pipeline.state().table(TABLE).backfill is None, "the backfill was not recorded as done"
     assert not staged.exists(), "the staged rows were not removed after apply"

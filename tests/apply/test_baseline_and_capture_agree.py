@@ -29,21 +29,12 @@ from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import Ready
 from airflow_provider_pgsync.state.store import update_state
 from tests.apply.lake import lake_session
-from tests.apply.test_apply_postgres import column_names, rows
-from tests.baseline.test_baseline_types import ANCIENT_ID, create_all_types
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.all_types import ANCIENT_ID, create_all_types
+from tests.support.replica import column_names, rows
 
 TABLE = "public.all_types"
-
-
-@pytest.fixture
-def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn_id = "pgsync_replica"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{conn_id.upper()}", replica.cluster.url(replica.name, with_password=True)
-    )
-    return conn_id
 
 
 def apply_to(pipeline: Pipeline, destination: Destination) -> tuple[object, int]:

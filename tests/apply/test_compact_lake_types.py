@@ -14,10 +14,10 @@ from typing import Any
 
 from airflow_provider_pgsync.state.phases import Ready
 from tests.apply.lake import apply_lake, baseline, lake_session
-from tests.apply.test_apply_postgres import column_names
-from tests.baseline.test_baseline_types import ANCIENT_ID, create_all_types
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
+from tests.support.all_types import ANCIENT_ID, create_all_types
+from tests.support.replica import column_names
 
 TABLE, VIEW = "public.all_types", "pgsync.public__all_types"
 

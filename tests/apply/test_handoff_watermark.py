@@ -12,9 +12,9 @@ from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.state.phases import DataSync, Ready
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import copy_base, exported_snapshot, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.replica import copy_base, exported_snapshot, rows
 
 TABLES = {
     "keyless": ("public.bag", ["CREATE TABLE bag (k text, n int)", "ALTER TABLE bag REPLICA IDENTITY FULL"]),

@@ -22,9 +22,9 @@ from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.phases import Errored, Ready
 from airflow_provider_pgsync.typemap.spark import array_refusal
 from tests.apply.lake import apply_lake, baseline
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database, MakeReplica
+from tests.support.replica import rows
 
 TEXTS, NUMBERS = "public.texts", "public.numbers"
 TWO_D = r'{{"a b","\"q\""},{NULL,"NULL"}}'  # a 2-D value in a column declared text[]

@@ -9,7 +9,7 @@ import pytest
 from airflow_provider_pgsync.apply.multiset import MultisetRun, multiset_runs
 from airflow_provider_pgsync.apply.net import Truncate
 from airflow_provider_pgsync.testing.destination_kit import Change, Model, change_batch, column
-from tests.destinations.test_postgres_keyless import random_changes
+from tests.support.random_changes import random_changes
 
 COLUMNS = [
     column("a", 23, key=True),

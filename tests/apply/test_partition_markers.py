@@ -16,9 +16,9 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import DataSync, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import _empty_baseline, apply_all, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.replica import apply_all, empty_capture_baseline, rows
 
 PT = "public.pt"
 
@@ -75,7 +75,7 @@ def test_a_marker_sends_the_table_back_to_baseline_unless_the_baseline_saw_it(
     )
     with pipeline.hook.connect() as conn:
         follow_partitions(conn, [TableRef.parse(PT)])
-    _empty_baseline(pipeline, database, PT)
+    empty_capture_baseline(pipeline, database, PT)
     database.execute("INSERT INTO public.pt SELECT g, 'v' || g FROM generate_series(1, 50) g")
     pipeline.capture_until_idle()
     assert apply_all(pipeline, replica) == {PT: Ready()}

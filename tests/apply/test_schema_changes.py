@@ -23,9 +23,9 @@ from airflow_provider_pgsync.state.model import ColumnInfo, SchemaChange
 from airflow_provider_pgsync.state.phases import DataSync, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.schema_diff import diff_columns
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.replica import apply_all, copy_base, empty_capture_baseline, rows
 
 ITEMS = "public.items"
 
@@ -82,7 +82,7 @@ def _step(pipeline: Pipeline, database: Database, replica: Database, ddl: list[s
 @pytest.fixture
 def items(make_pipeline: MakePipeline, database: Database, replica: Database) -> Pipeline:
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, a int, b text)"], [ITEMS])
-    _empty_baseline(pipeline, database, ITEMS)
+    empty_capture_baseline(pipeline, database, ITEMS)
     database.execute("INSERT INTO items SELECT g, g, 'b' || g FROM generate_series(1, 50) g")
     pipeline.capture_until_idle()
     assert apply_all(pipeline, replica) == {ITEMS: Ready()}

@@ -24,8 +24,8 @@ from airflow_provider_pgsync.destinations.postgres import PostgresDestination
 from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.source.publication import published_table
 from airflow_provider_pgsync.typemap.spark import ColumnRead
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, free_port
+from tests.support.replica import rows
 
 TYPES_DDL = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",

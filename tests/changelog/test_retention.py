@@ -16,9 +16,9 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState, SegmentInfo
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, MakeReplica
+from tests.support.replica import empty_baseline, rows
 
 T = "public.t"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

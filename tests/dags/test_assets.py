@@ -13,7 +13,6 @@ import pytest
 from airflow_provider_pgsync.dags import table_asset
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
-from tests.operators.test_baseline_custom import example_module  # noqa: F401
 
 TABLES = ["public.items", "public.notes"]
 
@@ -41,7 +40,7 @@ def _assets(pipeline: str) -> dict[str, tuple[bool, list[dict[str, Any]]]]:
 def test_destination_table_assets_are_active_and_get_the_cdc_runs_events(
     database: Database,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -26,12 +26,10 @@ import pytest
 from airflow_provider_pgsync.errors import BaselinePartlyFailedError
 from airflow_provider_pgsync.state.phases import Errored, Ready, SyncDone
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
-from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
+from tests.support.sqlite_destination import source_text, sqlite_text
 
 LAKE_AND_REPLICA = [{"kind": "lake"}, {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 FAR = "294247-01-01 23:59:59.999999"
@@ -206,11 +204,12 @@ def test_a_replica_that_refuses_rows_fails_alone_and_a_rebaseline_there_repairs_
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_failure_at_any_step_of_a_destination_leaves_the_others_baselined(
     database: Database,
     make_replica: MakeReplica,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

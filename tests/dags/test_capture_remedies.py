@@ -32,8 +32,8 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
-from tests.dags.test_tables_come_and_go import writer
-from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
+from tests.support.sqlite_destination import source_text, sqlite_text
+from tests.support.tables_writer import writer
 
 ITEMS, NOTES = "public.items", "public.notes"
 
@@ -108,7 +108,7 @@ def _baseline_and_drain(database: Database, pipeline: PipelineDags, tables: list
 def test_doing_what_each_capture_error_says_gets_the_pipeline_going_again_exactly(
     database: Database,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -21,9 +21,9 @@ from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
 from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
+from tests.support.replica import rows
 
 TABLE = "public.items"
 DEADLINE_S = 300

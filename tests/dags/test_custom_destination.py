@@ -11,7 +11,7 @@ import pytest
 from airflow_provider_pgsync.state.model import Ready, SyncDone
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
-from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
+from tests.support.sqlite_destination import source_text, sqlite_text
 
 TABLES = ["public.items", "public.notes"]
 
@@ -20,7 +20,7 @@ TABLES = ["public.items", "public.notes"]
 def test_a_pipeline_with_a_custom_destination_only_runs_its_dags_without_spark(
     database: Database,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

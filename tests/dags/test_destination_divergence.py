@@ -23,11 +23,9 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
 
 REPLICA = [{"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 
@@ -84,6 +82,7 @@ def _phase(pipeline: PipelineDags, table: str, destination: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_replica_table_dropped_emptied_or_replaced_fails_loudly_and_a_rebaseline_repairs_it(
     database: Database,
     replica: Database,

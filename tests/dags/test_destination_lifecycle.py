@@ -18,9 +18,9 @@ import pytest
 
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
+from tests.support.replica import rows
 
 TABLES = ["public.accounts", "public.events"]
 

@@ -16,9 +16,9 @@ from airflow_provider_pgsync.destinations.lake import catalog_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows
-from tests.apply.test_apply_postgres import column_names, rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
+from tests.support.replica import column_names, rows
 
 CANARIES = (Path("/tmp/pwn_hostile_1"), Path("/tmp/pwn_hostile_2"))  # must not appear
 HOSTILE = TableRef('../../x "Dept" $(touch /tmp/pwn_hostile_1)', "Robert'); DROP TABLE x;--")

@@ -37,7 +37,7 @@ from tests.dags.scenario import (  # noqa: F401 (multiset_sqlite: a fixture)
     phases,
     writer_thread,
 )
-from tests.operators.test_baseline_custom import source_text, sqlite_text
+from tests.support.sqlite_destination import source_text, sqlite_text
 
 TABLES = ["public.events", "public.items", "public.orders"]
 

@@ -31,11 +31,11 @@ from airflow_provider_pgsync.changelog.metadata import change_of
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 from tests.dags.scenario import writer_thread
-from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
+from tests.support.replica import rows
+from tests.support.sqlite_destination import source_text, sqlite_text
 
 PT = "public.pt"
 ORDINARY = [f"public.t{i:02d}" for i in range(1, 13)]
@@ -145,7 +145,7 @@ def test_a_partitioned_table_is_baselined_by_leaf_and_followed_through_attach_de
     replica: Database,
     make_pipeline_dags: MakePipelineDags,
     lake: Path,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

@@ -19,9 +19,9 @@ import pytest
 from airflow_provider_pgsync.dags import table_asset
 from airflow_provider_pgsync.state.model import Ready, SyncDone
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
+from tests.support.replica import rows
 
 TABLES = ["public.items", "public.notes"]
 

@@ -22,7 +22,7 @@ from airflow_provider_pgsync.dags.schema_changes import RUN_ID_PREFIX
 from airflow_provider_pgsync.state.phases import Init
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
-from tests.operators.test_baseline_custom import PAGE, source_text, sqlite_text
+from tests.support.sqlite_destination import PAGE, source_text, sqlite_text
 
 FLAKY = '''
 

@@ -14,11 +14,9 @@ import psycopg
 import pytest
 
 from pgcluster import Cluster, default_base_dir, server_user
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, free_port
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
 
 TABLE = "public.accounts"
 
@@ -53,6 +51,7 @@ def _watermark(replica: Database) -> object:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_replica_crash_mid_apply_and_a_lost_or_replaced_slot_end_exact(
     database: Database, replica_server: Database, make_pipeline_dags: MakePipelineDags
 ) -> None:

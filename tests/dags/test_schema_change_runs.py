@@ -23,10 +23,10 @@ from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
-from tests.operators.test_baseline_custom import example_module, source_text, sqlite_text  # noqa: F401
+from tests.support.replica import empty_baseline, rows
+from tests.support.sqlite_destination import source_text, sqlite_text
 
 TABLES = ["public.items", "public.other"]
 
@@ -104,7 +104,7 @@ def test_rebaseline_fails_the_run_naming_the_change_and_triggers_exactly_that_re
     database: Database,
     make_replica: MakeReplica,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -179,7 +179,7 @@ def test_the_rebaseline_is_triggered_also_when_apply_fails_for_another_table(
     database: Database,
     make_replica: MakeReplica,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -226,7 +226,7 @@ def test_fail_leaves_the_destinations_errored_with_the_remedy_and_triggers_nothi
     database: Database,
     make_replica: MakeReplica,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:

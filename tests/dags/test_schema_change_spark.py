@@ -16,9 +16,9 @@ import pytest
 
 from airflow_provider_pgsync.state.phases import Errored, TablePhase
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
+from tests.support.replica import rows
 
 DESTINATIONS = [{"kind": "lake"}, {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 BOTH = ["lake", "replica"]

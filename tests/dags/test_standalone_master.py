@@ -14,10 +14,10 @@ import pytest
 
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica, free_port
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 from tests.spark.standalone import DAEMON_JAVA_OPTS, StandaloneCluster, standalone_cluster, wait_until
+from tests.support.replica import rows
 
 TABLE = "public.items"
 

@@ -18,7 +18,6 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.pipeline import PipelineConfig
 from tests.conftest import Database
 from tests.dags.conftest import MakePipelineDags, PipelineDags, task_states
-from tests.operators.test_baseline_custom import example_module  # noqa: F401
 
 
 def _runs(dag_id: str) -> list[tuple[str, str, str]]:
@@ -45,7 +44,7 @@ def _set_paused(dag_id: str, paused: bool) -> None:
 def pipeline(
     database: Database,
     make_pipeline_dags: MakePipelineDags,
-    example_module: str,  # noqa: F811
+    example_module: str,
     tmp_path: Path,
 ) -> PipelineDags:
     database.execute("CREATE TABLE items (id int PRIMARY KEY, name text)")

@@ -18,11 +18,9 @@ import pytest
 from psycopg import sql
 
 from airflow_provider_pgsync.state.model import Ready
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica, login_role
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
 
 TABLES = ["public.items", "public.tags"]
 
@@ -52,6 +50,7 @@ def _writes(database: Database, start: int, count: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_replication_role_without_superuser_runs_the_pipeline_exactly(
     database: Database,
     etl_conn_id: str,

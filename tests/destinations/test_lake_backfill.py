@@ -14,7 +14,7 @@ from airflow_provider_pgsync.destinations.lake_backfill import _without
 from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.testing.destination_kit import Change, run_backfill_lifecycle
-from tests.destinations.test_lake_changes import KEYED, ROWS, TABLE, empty_base, read_lake
+from tests.support.lake_changes import KEYED, ROWS, TABLE, empty_base, read_lake
 
 
 def test_a_keyed_lake_table_takes_a_key_backfill(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from airflow_provider_pgsync.destinations.lake_files import LakeFiles
 from airflow_provider_pgsync.destinations.lake_tables import LakeTableMeta
 from airflow_provider_pgsync.errors import DestinationDivergedError, PublishConflictError
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch
-from tests.destinations.test_lake_changes import KEYED, TABLE, empty_base
+from tests.support.lake_changes import KEYED, TABLE, empty_base
 
 
 def _next(meta: LakeTableMeta, base: str) -> LakeTableMeta:

@@ -12,7 +12,7 @@ from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, column, run_backfill_lifecycle
 from tests.conftest import Database
-from tests.destinations.test_postgres_destination import JSONB, ORDER_COLUMNS, ORDERS, TEXT, order, reader
+from tests.support.postgres_replica import JSONB, ORDER_COLUMNS, ORDERS, TEXT, order, reader
 
 
 def test_a_backfill_writes_staged_rows_and_deletes_absent_keys(database: Database) -> None:

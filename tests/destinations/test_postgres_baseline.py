@@ -12,8 +12,8 @@ from airflow_provider_pgsync.destinations.postgres_baseline import staging_name
 from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.model import ColumnInfo
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database
+from tests.support.replica import rows
 
 TABLE = TableRef("shop", "items")
 COLUMNS = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from psycopg import sql
 
 from airflow_provider_pgsync.apply.destination import SchemaAnswer
 from airflow_provider_pgsync.destinations.postgres import PostgresDestination
@@ -13,21 +12,18 @@ from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle
 from tests.conftest import Database
-
-INT4, INT8, TEXT, NUMERIC, TIMESTAMPTZ, JSONB = 23, 20, 25, 1700, 1184, 3802
-ORDERS = TableRef("public", "orders")
-ORDER_COLUMNS = [
-    column("id", INT8, key=True),
-    column("note", TEXT),
-    column("amount", NUMERIC, type_modifier=(10 << 16 | 2) + 4),
-    column("doc", TEXT),
-    column("at", TIMESTAMPTZ),
-]
-BIG = "x" * 9000  # a TOASTed value in the source; sent as unchanged when not modified
-
-
-def order(i: int, note: str = "n", doc: str | None = BIG, amount: str = "1.50") -> dict[str, str | None]:
-    return {"id": str(i), "note": note, "amount": amount, "doc": doc, "at": "2024-01-01 10:00:00+00"}
+from tests.support.postgres_replica import (
+    BIG,
+    INT4,
+    INT8,
+    JSONB,
+    ORDER_COLUMNS,
+    ORDERS,
+    TEXT,
+    TIMESTAMPTZ,
+    order,
+    reader,
+)
 
 
 @pytest.fixture
@@ -35,23 +31,6 @@ def destination(database: Database) -> Iterator[PostgresDestination]:
     dest = PostgresDestination(database.conninfo, name="replica")
     yield dest
     dest.close()
-
-
-def reader(database: Database):  # type: ignore[no-untyped-def]
-    def read(table: TableRef) -> list[dict[str, str | None]]:
-        with database.connect() as conn:
-            conn.execute("SET TimeZone = 'UTC'")
-            cur = conn.execute(sql.SQL("SELECT * FROM {}").format(table.identifier))
-            names = [d.name for d in cur.description or ()]
-            cur = conn.execute(
-                sql.SQL("SELECT {} FROM {}").format(
-                    sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(n)) for n in names),
-                    table.identifier,
-                )
-            )
-            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]  # type: ignore[arg-type]
-
-    return read
 
 
 KEYED_CHANGES = [

@@ -17,11 +17,11 @@ from airflow_provider_pgsync.errors import DestinationError
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.testing.destination_kit import Change, change_batch, column, run_lifecycle
 from tests.conftest import Database
-from tests.destinations.test_postgres_destination import reader
+from tests.support.postgres_replica import reader
+from tests.support.random_changes import Row, delete, insert, random_changes, row, update
 
 INT4, TEXT, NUMERIC, FLOAT8, JSON, JSONB, POINT, TIMESTAMPTZ = 23, 25, 1700, 701, 114, 3802, 600, 1184
 EVENTS = TableRef("public", "events")
-Row = dict[str, str | None]
 
 # every column a key column: what pgoutput says of REPLICA IDENTITY FULL
 COLUMNS = [
@@ -30,22 +30,6 @@ COLUMNS = [
     column("n", NUMERIC, key=True),
     column("j", JSON, key=True),
 ]
-
-
-def row(a: str | None, b: str | None = "x", n: str | None = "1.0", j: str | None = '{"k": 1}') -> Row:
-    return {"a": a, "b": b, "n": n, "j": j}
-
-
-def insert(r: Row) -> Change:
-    return Change("I", r)
-
-
-def delete(r: Row) -> Change:
-    return Change("D", r)
-
-
-def update(old: Row, new: Row, unchanged: tuple[str, ...] = ()) -> Change:
-    return Change("U", new, old_key=old, unchanged=unchanged)
 
 
 @pytest.fixture
@@ -161,39 +145,6 @@ def test_truncate_cuts_a_batch_into_runs(
     ]
     rows = lifecycle(database, destination, changes, batch_size)
     assert [r["a"] for r in rows] == ["4"]
-
-
-def random_changes(seed: int, length: int) -> list[Change]:
-    """Changes a source could send: few distinct values (many identical rows), NULLs, old rows
-    that exist when their change comes, and an occasional TRUNCATE."""
-    rng = random.Random(seed)
-    values = [
-        row(a, b, n, j)
-        for a in ("1", "2", None)
-        for b in ("x", "", None)
-        for n, j in (("1.0", '{"k": 1}'), ("1.00", '{"k":1}'), (None, None))
-    ]
-    rows: list[Row] = []
-    out: list[Change] = []
-    for _ in range(length):
-        choice = rng.random()
-        if not rows or choice < 0.45:
-            new = rng.choice(values)
-            rows.append(new)
-            out.append(insert(new))
-        elif choice < 0.7:
-            old = rows.pop(rng.randrange(len(rows)))
-            out.append(delete(old))
-        elif choice < 0.98:
-            i = rng.randrange(len(rows))  # rows of NULLs only too
-            old, new = rows[i], rng.choice(values)
-            unchanged = ("j",) if rng.random() < 0.2 else ()
-            rows[i] = {**new, "j": old["j"]} if unchanged else new
-            out.append(update(old, rows[i], unchanged))
-        else:
-            rows.clear()
-            out.append(Change("T"))
-    return out
 
 
 @pytest.mark.parametrize("seed", [1, 7, 2026])

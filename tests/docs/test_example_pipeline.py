@@ -16,9 +16,9 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import task_states
+from tests.support.replica import rows
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "example_pipeline.py"
 TABLES = ["public.orders", "public.customers"]

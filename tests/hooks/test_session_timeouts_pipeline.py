@@ -17,13 +17,11 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
 from airflow_provider_pgsync.state.phases import Ready
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline
 from tests.capture.conftest import make_pipeline as make_pipeline_fixture  # noqa: F401
 from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, unlimited  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
 
 DDL = ["CREATE TABLE items (id bigint PRIMARY KEY, name text, n numeric, at timestamptz)"]
 LOAD = """INSERT INTO items SELECT g, 'name ' || g, g / 7.0, '2024-01-01 00:00+00'::timestamptz
@@ -64,6 +62,7 @@ def longest_waits(database: Database, role: str) -> Iterator[dict[tuple[str, str
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_pipeline_runs_exactly_under_low_server_timeouts(
     request: pytest.FixtureRequest, database: Database, replica: Database, low_timeouts: LowTimeouts
 ) -> None:

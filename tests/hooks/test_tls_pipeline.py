@@ -20,11 +20,11 @@ from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import Errored, Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
-from tests.apply.test_apply_postgres import rows
 from tests.baseline.conftest import baseline_slot
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 from tests.hooks.conftest import TlsServer
+from tests.support.replica import rows
 
 TABLE = "public.items"
 

@@ -18,60 +18,16 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator, _Run
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, Ready, SyncDone
-from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import empty_baseline, rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
-from tests.conftest import Database, MakeReplica, RunDag
-
-TABLE = "public.items"
-
-
-@pytest.fixture
-def two_replicas(make_replica: MakeReplica) -> tuple[Database, Database]:
-    """Destinations ``good`` and ``picky`` (Airflow connections pgsync_good and pgsync_picky)."""
-    return make_replica("good"), make_replica("picky")
-
-
-DESTINATIONS = [
-    {"kind": "postgres", "conn_id": "pgsync_good", "name": "good"},
-    {"kind": "postgres", "conn_id": "pgsync_picky", "name": "picky"},
-]
-
-
-def _handed_off(
-    pipeline: Pipeline, database: Database, names: list[str], replicas: tuple[Database, Database]
-) -> None:
-    """The empty table's baseline in each destination ``names``: every later change applies."""
-    replica = dict(zip(("good", "picky"), replicas, strict=True))
-    for name in names:
-        empty_baseline(database, replica[name], name, TABLE, f"v-{name}")
-    xmax, lsn = database.execute(
-        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
-    )[0]
-
-    def change(state: PipelineState) -> PipelineState:
-        for name in names:
-            lineage = f"v-{name}"
-            done = SyncDone("00000003-00000002-1", LSN.parse(str(lsn)), int(str(xmax)), int(str(xmax)))
-            state = state.with_destination_phase(TABLE, name, DataSync(lineage))
-            state = state.with_destination_phase(TABLE, name, _with_lineage(done, lineage))
-        return state
-
-    update_state(pipeline.store, pipeline.name, change)
-
-
-def _with_lineage(done: SyncDone, lineage: str) -> SyncDone:
-    return SyncDone(done.snapshot, done.baseline_lsn, done.xmin, done.xmax, done.xip, lineage=lineage)
+from tests.conftest import Database, RunDag
+from tests.support.apply_lifecycle import DESTINATIONS, TABLE, handed_off, phases_of
+from tests.support.replica import rows
 
 
 def _cdc_dag(pipeline: Pipeline, source_conn_id: str, destinations: list[dict[str, str]]) -> DAG:
     with DAG(f"pgsync_cdc_{uuid.uuid4().hex[:6]}", schedule=None, default_args={"retries": 0}) as dag:
         pipeline.cdc_tasks(destinations, batch_rows=16)
     return dag
-
-
-def _states(run: object) -> dict[str, str]:
-    return {ti.task_id: ti.state for ti in run.get_task_instances()}  # type: ignore[attr-defined]
 
 
 def test_a_refusing_destination_stops_alone_fails_the_run_and_resumes_once_fixed(
@@ -84,7 +40,7 @@ def test_a_refusing_destination_stops_alone_fails_the_run_and_resumes_once_fixed
 ) -> None:
     good, picky = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
+    handed_off(pipeline, database, ["good", "picky"], two_replicas)
     # the picky replica's table refuses one value the source writes
     picky.execute("ALTER TABLE items ADD CONSTRAINT no13 CHECK (name <> 'item 13')")
     database.execute("INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 40) g")
@@ -92,7 +48,7 @@ def test_a_refusing_destination_stops_alone_fails_the_run_and_resumes_once_fixed
 
     run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))
 
-    assert _states(run) == {"capture": "success", "apply": "failed"}
+    assert phases_of(run) == {"capture": "success", "apply": "failed"}
     assert rows(good, TABLE) == rows(database, TABLE)  # the other destination went on
     assert rows(picky, TABLE) != rows(database, TABLE)
     table = pipeline.state().table(TABLE)
@@ -106,12 +62,12 @@ def test_a_refusing_destination_stops_alone_fails_the_run_and_resumes_once_fixed
 
     # a second run with the cause still there: still failed, still Errored, nothing lost
     database.execute("INSERT INTO items VALUES (41, 'item 41')")
-    assert _states(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS)))["apply"] == "failed"
+    assert phases_of(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS)))["apply"] == "failed"
     assert isinstance(pipeline.state().table(TABLE).destination("picky").phase, Errored)
 
     picky.execute("ALTER TABLE items DROP CONSTRAINT no13")  # the fix; the next run resumes
     database.execute("DELETE FROM items WHERE id > 38")
-    assert _states(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
+    assert phases_of(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
         "capture": "success",
         "apply": "success",
     }
@@ -132,14 +88,14 @@ def test_an_unreachable_destination_changes_no_phase_and_the_run_fails_for_a_ret
 ) -> None:
     good, picky = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
+    handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 30) g")
     real = picky.cluster.url(picky.name, with_password=True)
     monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_PICKY", real.replace(f":{picky.cluster.port}/", ":1/"))
 
     run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))
 
-    assert _states(run) == {"capture": "success", "apply": "failed"}
+    assert phases_of(run) == {"capture": "success", "apply": "failed"}
     assert rows(good, TABLE) == rows(database, TABLE)
     table = pipeline.state().table(TABLE)
     assert isinstance(table.destination("picky").phase, SyncDone)  # not Errored: a retry will do
@@ -150,7 +106,7 @@ def test_an_unreachable_destination_changes_no_phase_and_the_run_fails_for_a_ret
 
     monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_PICKY", real)  # the server is back
     again = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))
-    assert _states(again)["apply"] == "success"
+    assert phases_of(again)["apply"] == "success"
     assert rows(picky, TABLE) == rows(database, TABLE)
     [applied] = [ti.xcom_pull(task_ids="apply") for ti in again.get_task_instances() if ti.task_id == "apply"]
     assert applied[TABLE]["destinations"] == {"good": 0, "picky": 30}  # what each destination took

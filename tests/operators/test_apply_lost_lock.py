@@ -13,10 +13,10 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, make_pipeline, wait_for  # noqa: F401 (the fixture)
 from tests.conftest import Database
 from tests.hooks.low_timeouts import session_of
+from tests.support.replica import rows
 
 
 def test_a_lost_apply_lock_records_nothing(

@@ -12,9 +12,9 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.pgoutput import LSN
 from airflow_provider_pgsync.state.phases import DataSync, Ready, SyncDone
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, RunDag
+from tests.support.replica import rows
 
 
 def test_capture_then_apply_in_a_dag_run(

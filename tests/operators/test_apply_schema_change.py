@@ -13,16 +13,10 @@ from airflow.sdk import DAG
 
 from airflow_provider_pgsync.operators.apply import REBASELINES_XCOM
 from airflow_provider_pgsync.state.phases import Errored, Init
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, RunDag
-from tests.operators.test_apply_lifecycle import (  # noqa: F401 (a fixture)
-    DESTINATIONS,
-    TABLE,
-    _handed_off,
-    _states,
-    two_replicas,
-)
+from tests.support.apply_lifecycle import DESTINATIONS, TABLE, handed_off, phases_of
+from tests.support.replica import rows
 
 
 def _cdc_dag(
@@ -39,7 +33,7 @@ CHANGE = "table public.items changed its columns (column b changed type from int
 @pytest.mark.parametrize(("kwargs", "outcome"), [({}, "failed"), ({"fail_on_rebaseline": False}, "success")])
 def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
     database: Database,
-    two_replicas: tuple[Database, Database],  # noqa: F811
+    two_replicas: tuple[Database, Database],
     make_pipeline: MakePipeline,  # noqa: F811
     run_dag: RunDag,
     source_conn_id: str,
@@ -48,9 +42,9 @@ def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
     outcome: str,
 ) -> None:
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
+    handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
-    assert _states(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
+    assert phases_of(run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS))) == {
         "capture": "success",
         "apply": "success",
     }
@@ -60,7 +54,7 @@ def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
 
     run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS, **kwargs))
 
-    assert _states(run) == {"capture": "success", "apply": outcome}
+    assert phases_of(run) == {"capture": "success", "apply": outcome}
     table = pipeline.state().table(TABLE)
     good, picky = table.destination("good").phase, table.destination("picky").phase
     assert isinstance(good, Init) and isinstance(picky, Init)
@@ -81,14 +75,14 @@ def test_a_rebaseline_is_listed_and_fails_the_task_unless_told_otherwise(
 
 def test_fail_leaves_each_destination_errored_without_retry(
     database: Database,
-    two_replicas: tuple[Database, Database],  # noqa: F811
+    two_replicas: tuple[Database, Database],
     make_pipeline: MakePipeline,  # noqa: F811
     run_dag: RunDag,
     source_conn_id: str,
 ) -> None:
     good, _ = two_replicas
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, b int)"], ["items"])
-    _handed_off(pipeline, database, ["good", "picky"], two_replicas)
+    handed_off(pipeline, database, ["good", "picky"], two_replicas)
     database.execute("INSERT INTO items SELECT g, g FROM generate_series(1, 20) g")
     pipeline.capture_until_idle()  # the columns' identities known before the DDL
     database.execute("ALTER TABLE items ALTER COLUMN b TYPE text")
@@ -96,7 +90,7 @@ def test_fail_leaves_each_destination_errored_without_retry(
 
     run = run_dag(_cdc_dag(pipeline, source_conn_id, DESTINATIONS, on_schema_change="fail"))
 
-    assert _states(run) == {"capture": "success", "apply": "failed"}
+    assert phases_of(run) == {"capture": "success", "apply": "failed"}
     for name in ("good", "picky"):
         phase = pipeline.state().table(TABLE).destination(name).phase
         assert isinstance(phase, Errored) and phase.retry == "none" and CHANGE in phase.reason

@@ -9,17 +9,16 @@ import pytest
 
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
 from airflow_provider_pgsync.state.model import Ready
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import Pipeline
 from tests.conftest import Database
-from tests.operators.test_backfill_keys import REPLICA, TABLE, cdc, ready_replica  # noqa: F401 (fixture)
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.backfill import REPLICA, TABLE, cdc
+from tests.support.replica import rows
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_filter_backfill_repairs_the_matching_rows_of_a_replica(
-    ready_replica: tuple[Pipeline, Database],  # noqa: F811 (the fixture)
+    ready_replica: tuple[Pipeline, Database],
     database: Database,
     source_conn_id: str,
 ) -> None:

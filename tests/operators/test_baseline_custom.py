@@ -6,7 +6,6 @@ destination. A failing ``load_baseline`` fails the baseline and leaves the desti
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 import uuid
@@ -19,14 +18,12 @@ from airflow.sdk import DAG
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.phases import Errored, Ready
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline, make_pipeline  # noqa: F401 (the fixture)
 from tests.conftest import Database, RunDag
-from tests.operators.test_baseline_postgres import replica_conn_id, writer  # noqa: F401 (a fixture)
+from tests.support.baseline_writer import writer
+from tests.support.replica import rows
+from tests.support.sqlite_destination import source_text, sqlite_text
 
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
-
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "writing-a-destination.md"
 TABLE = "public.items"
 DDL = [
     "CREATE TABLE items (id bigint PRIMARY KEY, m mood, d posint, n numeric(12,3), u numeric,"
@@ -46,42 +43,6 @@ ITEMS = """INSERT INTO items SELECT g, (ARRAY['sad', 'ok', 'happy', NULL])[g % 4
     CASE WHEN g % 100 = 0 THEN repeat('toasted ', 3000) || g ELSE 'doc ' || g END,
     g % 3 = 0, left(g::text, 3), E'tab\\there\\nline \\\\ ' || g
     FROM generate_series(1, 3000) g"""
-
-SLOW = '''
-
-import time as _time
-
-
-class SlowSqlite(SqliteDestination):
-    """The example, slow to take its baseline: the source's writer commits meanwhile."""
-
-    def load_baseline(self, table, columns, batches, lineage):
-        _time.sleep(float(self.name.rsplit("_", 1)[-1]))
-        return super().load_baseline(table, columns, batches, lineage)
-
-
-class BrokenSqlite(SqliteDestination):
-    """The example, failing part way through its baseline (after reading a batch)."""
-
-    def load_baseline(self, table, columns, batches, lineage):
-        def failing():
-            yield next(batches)
-            raise RuntimeError("the disk is full")
-
-        return super().load_baseline(table, columns, failing(), lineage)
-'''
-
-
-@pytest.fixture
-def example_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The page's example destination as an importable module; its name."""
-    block = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)[0]
-    name = f"sqlite_dest_{uuid.uuid4().hex[:8]}"
-    folder = tmp_path / "modules"
-    folder.mkdir()
-    (folder / f"{name}.py").write_text(block + SLOW)
-    monkeypatch.syspath_prepend(str(folder))
-    return name
 
 
 def _dag(
@@ -105,42 +66,6 @@ def _dag(
 
 def _states(run: object) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}  # type: ignore[attr-defined]
-
-
-def source_text(database: Database, table: str) -> list[tuple[str | None, ...]]:
-    """The source's rows as the output functions write them under capture's text settings."""
-    with database.connect(autocommit=False) as conn:
-        for setting in (
-            "TimeZone = 'UTC'",
-            "DateStyle = 'ISO'",
-            "IntervalStyle = 'postgres'",
-            "extra_float_digits = 3",
-            "bytea_output = 'hex'",
-        ):
-            conn.execute(f"SET LOCAL {setting}")
-        names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT attname::text FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
-                " AND NOT attisdropped ORDER BY attnum",
-                (table,),
-            ).fetchall()
-        ]
-        with conn.cursor().copy(f"COPY {table} TO STDOUT") as copy:
-            copy.set_types(["text"] * len(names))
-            return sorted(copy.rows(), key=_order)
-
-
-def sqlite_text(path: Path, table: str) -> list[tuple[str | None, ...]]:
-    db = sqlite3.connect(path)
-    try:
-        return sorted(db.execute(f'SELECT * FROM "{table}"').fetchall(), key=_order)  # noqa: S608
-    finally:
-        db.close()
-
-
-def _order(row: tuple[Any, ...]) -> tuple[tuple[bool, str], ...]:
-    return tuple((v is None, str(v or "")) for v in row)
 
 
 @pytest.mark.slow
@@ -272,13 +197,14 @@ def test_a_custom_class_that_cannot_be_imported_fails_the_baseline_before_any_wo
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_replica_and_a_custom_destination_take_one_baseline_from_one_snapshot(
     database: Database,
     make_pipeline: MakePipeline,  # noqa: F811
     run_dag: RunDag,
     source_conn_id: str,
     replica: Database,
-    replica_conn_id: str,  # noqa: F811
+    replica_conn_id: str,
     example_module: str,
     tmp_path: Path,
 ) -> None:

@@ -9,11 +9,8 @@ made without Spark), each under a concurrent writer. A rebaseline whose spark-su
 
 from __future__ import annotations
 
-import random
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,10 @@ from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import Ready, SyncDone
 from pgcluster import dev_password
-from tests.apply.test_apply_postgres import apply_all, rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
+from tests.support.baseline_writer import writer
+from tests.support.replica import apply_all, rows
 
 DDL = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
@@ -51,69 +49,6 @@ ITEMS = """INSERT INTO items SELECT g, (ARRAY['sad', 'ok', 'happy', NULL])[g % 4
     FROM generate_series(1, 3000) g"""
 EVENTS = """INSERT INTO events SELECT (ARRAY['a', 'b', 'c'])[g % 3 + 1], g % 10,
     CASE WHEN g % 7 = 0 THEN NULL ELSE jsonb_build_object('v', g % 10) END FROM generate_series(1, 600) g"""
-
-
-@pytest.fixture
-def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn_id = "pgsync_replica"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{conn_id.upper()}", replica.cluster.url(replica.name, with_password=True)
-    )
-    return conn_id
-
-
-@contextmanager
-def writer(database: Database, table: str) -> Iterator[list[int]]:
-    """A thread committing inserts, updates and deletes to ``table`` until the block ends;
-    yields the list of transactions it committed (one number each)."""
-    stop, done, errors = threading.Event(), [], []
-    rng = random.Random(7)
-
-    def run() -> None:
-        with database.connect() as conn:
-            next_id = 100_000
-            while not stop.is_set():
-                try:
-                    with conn.transaction():
-                        if table == "items":
-                            next_id += 1
-                            conn.execute(
-                                "INSERT INTO items (id, m, n, doc, a) VALUES (%s, 'ok', 1.5, %s, '{1}')",
-                                (next_id, "new " * rng.randint(1, 3000)),
-                            )
-                            conn.execute(
-                                "UPDATE items SET n = n + 1, j = j || '{\"w\": 1}' WHERE id = %s",
-                                (rng.randint(1, 3000),),
-                            )
-                            conn.execute("DELETE FROM items WHERE id = %s", (rng.randint(1, 3000),))
-                        else:
-                            conn.execute(
-                                "INSERT INTO events VALUES ('a', 1, '{\"v\": 1}'), ('a', 1, '{\"v\": 1}')"
-                            )
-                            conn.execute(
-                                "UPDATE events SET n = n + 1 WHERE ctid = (SELECT min(ctid) FROM events"
-                                " WHERE kind = %s)",
-                                (rng.choice("abc"),),
-                            )
-                            conn.execute(
-                                "DELETE FROM events WHERE ctid ="
-                                " (SELECT max(ctid) FROM events WHERE kind = %s)",
-                                (rng.choice("abc"),),
-                            )
-                    done.append(len(done))
-                except Exception as exc:  # reported by the test
-                    errors.append(exc)
-                    return
-                stop.wait(0.05)
-
-    thread = threading.Thread(target=run, name=f"writer-{table}", daemon=True)
-    thread.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        thread.join(30)
-    assert not errors, errors
 
 
 def _run(pipeline: Pipeline, source_conn_id: str, table: str, destinations: list[Any], **kwargs: Any) -> Any:

@@ -18,11 +18,9 @@ from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Ready
 from pgcluster import Cluster, default_base_dir, server_user
-from tests.apply.test_apply_postgres import rows
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database, free_port
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import rows
 
 TABLE = "public.t"
 
@@ -39,12 +37,6 @@ def database() -> Iterator[Database]:
         yield Database(cluster, "source")
     finally:
         cluster.destroy()
-
-
-@pytest.fixture
-def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("AIRFLOW_CONN_PGSYNC_REPLICA", replica.cluster.url(replica.name, with_password=True))
-    return "pgsync_replica"
 
 
 def _baseline(pipeline: Pipeline, source_conn_id: str, replica_conn_id: str, **kwargs: Any) -> Any:
@@ -73,6 +65,7 @@ def _apply(pipeline: Pipeline, source_conn_id: str, replica_conn_id: str) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_a_source_down_mid_baseline_ends_errored_then_a_rebaseline_ends_exact(
     make_pipeline: MakePipeline,
     database: Database,

@@ -4,23 +4,13 @@ result to XCom ``result`` even so."""
 
 from __future__ import annotations
 
-import pytest
-
 from airflow_provider_pgsync.dags.factory import reconcile_dag
 from airflow_provider_pgsync.pipeline import PipelineConfig, PostgresDestinationConfig, TableConfig
 from airflow_provider_pgsync.pipeline.parts import ChangelogConfig, ReconcileConfig, StateConfig
-from tests.apply.test_apply_postgres import _empty_baseline, rows
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database, RunDag
 from tests.reconcile.conftest import apply_into, looping
-
-
-@pytest.fixture
-def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn_id = "pgsync_replica"
-    url = replica.cluster.url(replica.name, with_password=True)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
-    return conn_id
+from tests.support.replica import empty_capture_baseline, rows
 
 
 def test_the_reconcile_dag_fails_naming_the_difference_and_keeps_its_result(
@@ -32,7 +22,7 @@ def test_the_reconcile_dag_fails_naming_the_difference_and_keeps_its_result(
     run_dag: RunDag,
 ) -> None:
     pipeline = make_pipeline(["CREATE TABLE items (id int PRIMARY KEY, name text)"], ["public.items"])
-    _empty_baseline(pipeline, database, "public.items")
+    empty_capture_baseline(pipeline, database, "public.items")
     database.execute("INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 200) g")
     pipeline.capture_until_idle()
     apply_into(pipeline, replica)

@@ -11,18 +11,17 @@ import pytest
 from airflow_provider_pgsync.dags.factory import reconcile_dag
 from airflow_provider_pgsync.pipeline import PipelineConfig, PostgresDestinationConfig, TableConfig
 from airflow_provider_pgsync.pipeline.parts import ChangelogConfig, ReconcileConfig, StateConfig
-from tests.apply.test_apply_postgres import _empty_baseline, rows
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database, RunDag
 from tests.reconcile.conftest import apply_into, looping
-from tests.reconcile.test_reconcile_dag import replica_conn_id  # noqa: F401 (a fixture)
+from tests.support.replica import empty_capture_baseline, rows
 
 
 def test_a_table_dropped_in_the_source_is_not_compared(
     make_pipeline: MakePipeline,
     database: Database,
     replica: Database,
-    replica_conn_id: str,  # noqa: F811
+    replica_conn_id: str,
     source_conn_id: str,
     run_dag: RunDag,
     caplog: pytest.LogCaptureFixture,
@@ -31,7 +30,7 @@ def test_a_table_dropped_in_the_source_is_not_compared(
     ddl = [f"CREATE TABLE {t} (id int PRIMARY KEY, name text)" for t in ("public.items", "public.gone")]
     pipeline = make_pipeline(ddl, ["public.items", "public.gone"])
     for table in ("public.items", "public.gone"):
-        _empty_baseline(pipeline, database, table)
+        empty_capture_baseline(pipeline, database, table)
         database.execute(f"INSERT INTO {table} SELECT g, 'row ' || g FROM generate_series(1, 100) g")  # noqa: S608
     pipeline.capture_until_idle()
     apply_into(pipeline, replica)

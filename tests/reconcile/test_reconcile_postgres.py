@@ -17,12 +17,10 @@ from airflow_provider_pgsync.reconcile.canonical import md5_hex, row_text
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.phases import DataSync, Ready
 from airflow_provider_pgsync.state.store import update_state
-from tests.apply.test_apply_postgres import _empty_baseline, apply_all, copy_base, exported_snapshot, rows
 from tests.capture.conftest import MakePipeline, Pipeline, wait_for
 from tests.conftest import Database
 from tests.reconcile.conftest import RecordingTI, apply_into, looping, wait_for_repair, writer
-
-pytestmark = pytest.mark.usefixtures("spark_drivers")  # baselines are Spark jobs (tests/tiers.py)
+from tests.support.replica import apply_all, copy_base, empty_capture_baseline, exported_snapshot, rows
 
 DDL = [
     "CREATE TABLE items (id bigint PRIMARY KEY, v text, n numeric(10,2), at timestamptz, f float8, a int[])",
@@ -34,19 +32,10 @@ REPAIR = "backfill" if "backfill_keys" in inspect.signature(PgBackfillOperator).
 """``backfill`` once the repair branch's ``PgBackfillOperator(backfill_keys=...)`` is merged."""
 
 
-@pytest.fixture
-def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
-    conn_id = "pgsync_replica"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{conn_id.upper()}", replica.cluster.url(replica.name, with_password=True)
-    )
-    return conn_id
-
-
 def _ready(pipeline: Pipeline, database: Database, replica: Database) -> None:
     """Both tables baselined empty into the replica, filled, captured and applied: Ready and equal."""
     for table in TABLES:
-        _empty_baseline(pipeline, database, table)
+        empty_capture_baseline(pipeline, database, table)
     database.execute(
         "INSERT INTO items SELECT g, 'v' || g, g / 3.0,"
         " '2024-01-01 00:00+00'::timestamptz + g * interval '1 s', g / 7.0, ARRAY[g, NULL]"
@@ -194,6 +183,7 @@ def test_a_table_without_a_key_stays_equal_after_its_hand_off(
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("spark_drivers")  # its baselines are Spark jobs (tests/tiers.py)
 def test_reconcile_after_each_kind_of_ddl_and_after_a_rebaseline(
     make_pipeline: MakePipeline,
     database: Database,
@@ -205,7 +195,7 @@ def test_reconcile_after_each_kind_of_ddl_and_after_a_rebaseline(
     (Spark) over a difference made by hand: reconcile compares the columns the table has now,
     finds a difference in the added column, and finds none once the rebaseline replaced it."""
     pipeline = make_pipeline(DDL[:1], ["public.items"])
-    _empty_baseline(pipeline, database, "public.items")
+    empty_capture_baseline(pipeline, database, "public.items")
     database.execute(
         "INSERT INTO items (id, v, f) SELECT g, 'v' || g, g / 7.0 FROM generate_series(1, 500) g"
     )

@@ -17,8 +17,8 @@ from airflow_provider_pgsync.spark import baseline_job
 from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 from tests.baseline.secret_role import require_password, secret_role
-from tests.baseline.test_spec import make_spec
 from tests.conftest import Database
+from tests.support.baseline_spec import make_spec
 
 PASSWORD = "Sekr1t:pass\\word-7f3c9a"
 REPLICA_PASSWORD = "R3plica-pass-e81d44"

@@ -27,9 +27,7 @@ from airflow_provider_pgsync.state.model import (
     TablePhase,
     TableState,
 )
-
-ODD = TableRef("Sales Data", 'Odd "Name"; DROP TABLE x;--')
-TOP = LSN(2**64 - 1)
+from tests.support.states import ODD, full_state
 
 # ---- strategies ---------------------------------------------------------------------------
 
@@ -120,24 +118,8 @@ def test_json_round_trip(state: PipelineState) -> None:
     assert PipelineState.from_json(json.loads(text)) == state
 
 
-def _full_state() -> PipelineState:
-    segment = SegmentInfo("seg/0001.parquet", str(ODD), 2, LSN(TOP.value - 5), TOP, 2**63, XID_MAX, 10)
-    state = (
-        PipelineState("orders_to_lake")
-        .with_slot("pgsync_orders", LSN.parse("FFFFFFFF/FFFFFF00"))
-        .with_table_phase(ODD, Init())
-        .with_table_phase(ODD, DataSync())
-        .with_table_phase(ODD, SyncDone("snap-1", TOP, XID_MAX - 3, XID_MAX, (XID_MAX - 2, XID_MAX - 1)))
-        .with_table_phase("public.plain", Init())
-        .with_table_phase("public.plain", Errored("lost", "rebaseline", "none"))
-        .with_watermark("lake", "FFFFFFFF/FFFFFFFF/17")
-    )
-    odd = state.table(ODD).with_columns([ColumnInfo("Id", 23, -1, True), ColumnInfo("a;b", 1043, 14, False)])
-    return state.with_capture(TOP, [segment], [odd])
-
-
 def test_full_state_round_trip_with_extremes() -> None:
-    state = _full_state()
+    state = full_state()
     data = state.to_json()
     assert data["tables"][str(ODD)]["phase"]["xmax"] == XID_MAX
     assert data["segments"][0]["last_commit_lsn"] == "FFFFFFFF/FFFFFFFF"
@@ -263,7 +245,7 @@ def test_pipeline_names_fit_a_variable_key(name: str) -> None:
 
 
 def _broken(change: Any) -> dict[str, Any]:
-    data = _full_state().to_json()
+    data = full_state().to_json()
     change(data)
     return data
 

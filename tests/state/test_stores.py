@@ -10,7 +10,7 @@ import pytest
 from airflow_provider_pgsync.errors import StateConflictError
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.store import StateStore, update_state
-from tests.state.test_model import _full_state
+from tests.support.states import full_state
 
 
 def _counter(state: PipelineState) -> int:
@@ -30,7 +30,7 @@ def test_missing_pipeline_loads_fresh_at_version_0(store: StateStore, pipeline: 
 
 
 def test_save_load_round_trip(store: StateStore, pipeline: str) -> None:
-    state = replace(_full_state(), pipeline=pipeline)  # odd table names, xids and LSNs near 2^64
+    state = replace(full_state(), pipeline=pipeline)  # odd table names, xids and LSNs near 2^64
     saved = store.save(state)
     assert saved == replace(state, version=1)
     assert store.load(pipeline) == saved
