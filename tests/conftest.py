@@ -88,7 +88,7 @@ def airflow_deployment() -> None:
 def _fast_tier_starts_no_spark(request: pytest.FixtureRequest) -> Iterator[None]:
     """In ``make test-fast``, a test that started a Spark driver without saying so fails."""
     yield
-    if _SPARK_STARTS is not None:
+    if _SPARK_STARTS is not None and tiers.fast_tier():
         tiers.check_no_driver(request.node, spark_starts.logs_of(_SPARK_STARTS, request.node.nodeid))
 
 
@@ -193,13 +193,17 @@ def replica(pg_cluster: Cluster) -> Iterator[Database]:
         pg_cluster.drop_database(name)
 
 
+def airflow_connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, database: Database) -> str:
+    """Airflow connection ``conn_id`` (through AIRFLOW_CONN_*) to ``database``, with the password."""
+    url = database.cluster.url(database.name, with_password=True)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
+    return conn_id
+
+
 @pytest.fixture
 def replica_conn_id(replica: Database, monkeypatch: pytest.MonkeyPatch) -> str:
     """An Airflow connection id (through AIRFLOW_CONN_*) pointing at ``replica``."""
-    conn_id = "pgsync_replica"
-    url = replica.cluster.url(replica.name, with_password=True)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
-    return conn_id
+    return airflow_connection(monkeypatch, "pgsync_replica", replica)
 
 
 MakeReplica = Callable[[str], Database]
@@ -215,7 +219,7 @@ def make_replica(pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterat
         db = Database(pg_cluster, f"r_{name}_{uuid.uuid4().hex[:8]}")
         pg_cluster.create_database(db.name)
         made.append(db.name)
-        monkeypatch.setenv(f"AIRFLOW_CONN_PGSYNC_{name.upper()}", pg_cluster.url(db.name, with_password=True))
+        airflow_connection(monkeypatch, f"pgsync_{name}", db)
         return db
 
     yield make
@@ -247,10 +251,7 @@ def login_role(
 @pytest.fixture
 def source_conn_id(database: Database, monkeypatch: pytest.MonkeyPatch) -> str:
     """An Airflow connection id (through AIRFLOW_CONN_*) pointing at the test database."""
-    conn_id = "pgsync_source"
-    url = database.cluster.url(database.name, with_password=True)
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", url)
-    return conn_id
+    return airflow_connection(monkeypatch, "pgsync_source", database)
 
 
 # ---- real Airflow ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_pgsync.destinations.lake import LakeDestination
-from airflow_provider_pgsync.hooks.lake_metastore import JDBC_DRIVER_JAR
+from airflow_provider_pgsync.hooks.lake_metastore import JDBC_DRIVER_JAR, resolved
 from airflow_provider_pgsync.hooks.spark_submit import driver_environment
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
 from pgcluster import SUPERUSER, dev_password
@@ -31,15 +31,15 @@ QUERY = (
 )
 
 
-def _reader_properties(path: Path, lake: Path, metastore: Database) -> Path:
+def _reader_properties(path: Path, lake: Path) -> Path:
     """The reader's Spark settings as the README gives them, in a private properties file (the
     password is in no command line)."""
-    conf = LakeDestination.from_config(
-        {"warehouse": str(lake), "metastore": "postgres", "metastore_conn_id": "pgsync_metastore"}
-    ).spark_conf()
-    url = f"jdbc:postgresql://127.0.0.1:{metastore.cluster.port}/{metastore.name}"
+    conf = resolved(
+        LakeDestination.from_config(
+            {"warehouse": str(lake), "metastore": "postgres", "metastore_conn_id": "pgsync_metastore"}
+        )
+    ).spark_conf()  # the URL of connection pgsync_metastore, as the jobs get it
     conf |= {
-        "spark.hadoop.javax.jdo.option.ConnectionURL": url,
         "spark.hadoop.javax.jdo.option.ConnectionUserName": SUPERUSER,
         "spark.hadoop.javax.jdo.option.ConnectionPassword": dev_password(),
         "spark.driver.extraClassPath": JDBC_DRIVER_JAR,
@@ -154,7 +154,7 @@ def test_a_reader_sees_whole_versions_during_a_compaction_and_a_rebaseline(
         assert task_states(pipeline.run("cdc")) == CDC_GREEN
     expected = _expected(database)
 
-    reader = Reader(_reader_properties(tmp_path / "reader.properties", lake, metastore), tmp_path, 100_000)
+    reader = Reader(_reader_properties(tmp_path / "reader.properties", lake), tmp_path, 100_000)
     try:
         reader.wait_answers(1)
         compacted = _compact(pipeline)

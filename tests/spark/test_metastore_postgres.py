@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_pgsync.baseline.passfile import PassEntry, write_passfile
+from airflow_provider_pgsync.baseline.passfile import write_passfile
 from airflow_provider_pgsync.destinations.lake import LakeDestination
+from airflow_provider_pgsync.hooks.lake_metastore import metastore_passwords, resolved
 from airflow_provider_pgsync.hooks.spark_submit import driver_environment
-from pgcluster import SUPERUSER, dev_password
 from tests.conftest import REPO, Database, MakeReplica
 
 SESSION = Path(__file__).with_name("metastore_session.py")
@@ -25,17 +25,13 @@ SESSION = Path(__file__).with_name("metastore_session.py")
 def test_two_jobs_on_a_new_metastore_create_its_schema_once(
     make_replica: MakeReplica, tmp_path: Path
 ) -> None:
-    catalog: Database = make_replica("catalog")
-    port = catalog.cluster.port
-    lake = LakeDestination(
-        str(tmp_path / "lake"),
-        metastore="postgres",
-        metastore_conn_id="catalog",
-        metastore_url=f"jdbc:postgresql://127.0.0.1:{port}/{catalog.name}",
-        metastore_conninfo=f"host=127.0.0.1 port={port} dbname={catalog.name} user={SUPERUSER}",
+    catalog: Database = make_replica("catalog")  # Airflow connection pgsync_catalog
+    # resolved and given its password as the operators do (hooks/lake_metastore.py)
+    lake = resolved(
+        LakeDestination(str(tmp_path / "lake"), metastore="postgres", metastore_conn_id="pgsync_catalog")
     )
     passfile = tmp_path / "pgsync.pgpass"
-    write_passfile(passfile, [PassEntry("127.0.0.1", str(port), catalog.name, SUPERUSER, dev_password())])
+    write_passfile(passfile, metastore_passwords([lake]))
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, **driver_environment(), "PYTHONPATH": path, "PGPASSFILE": str(passfile)}
     env.pop("PGPASSWORD", None)  # the password file alone

@@ -12,12 +12,10 @@ import pytest
 
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.backfill import PgBackfillOperator
-from airflow_provider_pgsync.pgoutput import LSN
-from airflow_provider_pgsync.state.model import DataSync, Ready, SyncDone
-from airflow_provider_pgsync.state.store import update_state
+from airflow_provider_pgsync.state.model import Ready
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database, MakeReplica
-from tests.support.replica import rows
+from tests.support.replica import empty_capture_baseline, rows
 
 TABLE = "public.items"
 
@@ -33,14 +31,9 @@ REPLICA = {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}
 
 
 def empty_baseline(pipeline: Pipeline, database: Database) -> None:
-    """The baseline of the still empty table: every later transaction is applied."""
-    xmax, lsn = database.execute(
-        "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint, pg_current_wal_insert_lsn()::text"
-    )[0]
-    done = SyncDone("00000003-00000002-1", LSN.parse(str(lsn)), int(str(xmax)), int(str(xmax)))
+    """The baseline of the still empty tables: every later transaction is applied."""
     for table in (TABLE, EVENTS):
-        update_state(pipeline.store, pipeline.name, lambda s, t=table: s.with_table_phase(t, DataSync()))
-        update_state(pipeline.store, pipeline.name, lambda s, t=table: s.with_table_phase(t, done))
+        empty_capture_baseline(pipeline, database, table)
 
 
 def cdc(pipeline: Pipeline, source_conn_id: str, destinations: list[dict[str, Any]]) -> dict[str, Any]:
