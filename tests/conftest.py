@@ -52,6 +52,7 @@ from tests import spark_starts, tiers  # noqa: E402
 pytest_plugins = [
     "tests.support.apply_lifecycle",
     "tests.support.backfill",
+    "tests.support.resident_spark",
     "tests.support.sqlite_destination",
 ]
 
@@ -120,7 +121,13 @@ def _remove_stale_clusters(base: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
+def pg_cluster(session_pg_cluster: Cluster) -> Cluster:
+    """The test's PostgreSQL cluster: the session's (a module may have one of its own)."""
+    return session_pg_cluster
+
+
+@pytest.fixture(scope="session")
+def session_pg_cluster() -> Iterator[Cluster]:
     """A private PostgreSQL cluster with wal_level=logical, for the whole session."""
     base = default_base_dir(server_user())
     _remove_stale_clusters(base)
@@ -336,10 +343,16 @@ def empty_metastore(tmp_path_factory: pytest.TempPathFactory, spark_drivers: Non
 
 
 @pytest.fixture
-def lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_metastore: Path) -> Path:
-    """A lake warehouse for one test (PGSYNC_LAKE): no tables, a ready empty metastore."""
+def lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, spark_drivers: None
+) -> Path:
+    """A lake warehouse for one test (PGSYNC_LAKE): no tables, and a ready empty Derby metastore
+    unless the worker's resident driver keeps its catalog (``tests/support/resident_spark.py``)."""
     warehouse = tmp_path / "lake"
     warehouse.mkdir(mode=0o700)  # as pgsync makes a warehouse (Hive's folders take its permissions)
-    shutil.copytree(empty_metastore, warehouse / "metastore_db")
+    from tests.support import resident_spark  # a plugin: imported after pytest registers it
+
+    if resident_spark.current is None:
+        shutil.copytree(request.getfixturevalue("empty_metastore"), warehouse / "metastore_db")
     monkeypatch.setenv("PGSYNC_LAKE", str(warehouse))
     return warehouse

@@ -75,6 +75,21 @@ def enter(folder: Path, nodeid: str) -> None:
     os.environ[_OPTIONS] = f"{_base_options} {_LOG_OPTION.format(folder=test_folder)}".strip()
 
 
+def base_options() -> str:
+    """``SPARK_SUBMIT_OPTS`` without the option that makes a driver log into a test's folder (for
+    the resident drivers, ``tests/support/resident_spark.py``, which are counted apart)."""
+    if _base_options is not None:
+        return _base_options
+    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if not w.startswith("-Xlog:gc+init"))
+
+
+def resident(jobs: int) -> None:
+    """Record a resident driver of this worker and the jobs it ran (``RESIDENT``)."""
+    named = os.environ.get(RUN_VARIABLE)
+    if named and Path(named).is_dir():
+        (Path(named) / f"resident-{os.getpid()}.json").write_text(json.dumps({"jobs": jobs}))
+
+
 def logs_of(folder: Path, nodeid: str) -> list[Path]:
     """The logs of the drivers test ``nodeid`` started so far (from its setup on)."""
     return sorted(_test_folder(folder, nodeid).glob("jvm-*.log"))
@@ -127,16 +142,26 @@ def summary(starts: Iterable[DriverStart], *, top: int = 10) -> list[str]:
 def finish(folder: Path, out: Path) -> list[str]:
     """Write the run's driver starts to ``out`` (JSON), remove the logs, return the summary."""
     starts = driver_starts(folder)
+    residents = [json.loads(p.read_text()) for p in folder.glob("resident-*.json")] if folder.is_dir() else []
+    resident_jobs = sum(int(r["jobs"]) for r in residents)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {
                 "starts": len(starts),
                 "seconds": round(sum(s.seconds for s in starts), 3),
+                "resident_drivers": len(residents),
+                "resident_jobs": resident_jobs,
                 "drivers": [asdict(s) for s in starts],
             },
             indent=1,
         )
     )
     shutil.rmtree(folder, ignore_errors=True)
-    return [*summary(starts), f"  (every driver with its test: {out})"]
+    lines = summary(starts)
+    if residents:
+        lines.append(
+            f"  and {len(residents)} resident driver(s) (one per worker) that ran {resident_jobs} "
+            "job(s) and lake check(s) of the tests"
+        )
+    return [*lines, f"  (every driver with its test: {out})"]

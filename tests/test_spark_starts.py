@@ -59,3 +59,17 @@ def test_a_path_the_jvm_would_split_turns_counting_off(
 ) -> None:
     monkeypatch.setenv(spark_starts.RUN_VARIABLE, str(tmp_path / "a,b"))
     assert spark_starts.run_folder(tmp_path) is None
+
+
+def test_resident_drivers_are_counted_apart_with_their_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    monkeypatch.setenv(spark_starts.RUN_VARIABLE, str(folder))
+    spark_starts.resident(7)  # a worker's, at its end
+    out = tmp_path / "spark-starts.json"
+    lines = spark_starts.finish(folder, out)
+    assert lines[0] == "Spark driver JVMs: 0 started, 0 s in all"
+    assert lines[1].startswith("  and 1 resident driver(s) (one per worker) that ran 7 job(s)")
+    assert json.loads(out.read_text())["resident_jobs"] == 7

@@ -144,6 +144,16 @@ class LakeDestination:
         """The catalog name of the table's base, ``database.schema__name__base``."""
         return f"{self.database}.{catalog_name(table)}__base"
 
+    @property
+    def database_location(self) -> str | None:
+        """Where the catalog database's own folder is, ``<warehouse>/warehouse/<database>.db``
+        (the tables have locations of their own): given explicitly, since a PostgreSQL
+        metastore may serve sessions of several warehouses; None with an external metastore
+        (its own warehouse decides)."""
+        if self.metastore == "external":
+            return None
+        return f"{self.warehouse.rstrip('/')}/warehouse/{self.database}.db"
+
     def spark_conf(self) -> dict[str, str]:
         """Spark settings the catalog needs (set when the job's session starts)."""
         conf = {"spark.sql.catalogImplementation": "hive"}

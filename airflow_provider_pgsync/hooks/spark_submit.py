@@ -85,6 +85,25 @@ class BaselineSubmitHook(SparkSubmitHook):
     def kubernetes(self) -> bool:
         return self._is_kubernetes
 
+    @property
+    def application_args(self) -> list[str]:
+        """The job's arguments."""
+        return [str(a) for a in self._application_args or []]
+
+    @property
+    def job_conf(self) -> dict[str, str]:
+        """The job's Spark configuration (``--conf``)."""
+        return {k: str(v) for k, v in self._conf.items()}
+
+    @property
+    def job_env(self) -> dict[str, str]:
+        """The environment variables of the job's driver (``env_vars``)."""
+        return {k: str(v) for k, v in (self._env_vars or {}).items()}
+
+    def shown_command(self, application: str) -> str:
+        """The spark-submit command line of ``application`` as the provider logs it (masked)."""
+        return self._mask_cmd(self._build_spark_submit_command(application))
+
     def add_file(self, path: str) -> None:
         """Ship ``path`` with the job (``--files``), after the files the options name."""
         self._files = f"{self._files},{path}" if self._files else path

@@ -35,126 +35,133 @@ from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile, PostgresCopy, with_passfile
 from airflow_provider_pgsync.spark.convert import convert
+from airflow_provider_pgsync.spark.job_session import job_session
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter, StagedBase
 from airflow_provider_pgsync.spark.metastore_postgres import open_metastore
-from airflow_provider_pgsync.spark.progress import Progress, log_to_stderr
+from airflow_provider_pgsync.spark.progress import Progress
 
 log = logging.getLogger("pgsync.spark")
+LOG_PREFIX = "pgsync baseline"
+"""What the job's log lines start with (``log_to_stderr``)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Run the job of ``--spec``, its result written to ``--result``; 0 when it succeeded.
+
+    In ``spark`` when given (a session of the caller's process: the tests' resident driver),
+    which stays open; else in a session of its own, stopped at the end.
+    """
     parser = argparse.ArgumentParser(description="pgsync baseline of one table")
     parser.add_argument("--spec", required=True, help="the job spec (JSON) written by PgBaselineOperator")
     parser.add_argument("--result", required=True, help="where to write the result (JSON)")
     args = parser.parse_args(argv)
-    log_to_stderr("pgsync baseline")
     spec = BaselineJobSpec.from_json(Path(args.spec).read_text())
-    result = run(spec)
+    started = time.monotonic()
+    conf = {k: v for lake in lakes_of(spec) for k, v in lake.spark_conf().items()}
+    with job_session(spark, f"pgsync baseline {spec.table}", conf, LOG_PREFIX) as session:
+        result = run(session, spec, started=started)
     Path(args.result).write_text(result.to_json())
     return 0 if result.ok else 1
 
 
-def run(spec: BaselineJobSpec) -> BaselineResult:
-    started = time.monotonic()
-    lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
-    builder = SparkSession.builder.appName(f"pgsync baseline {spec.table}")
+def lakes_of(spec: BaselineJobSpec) -> list[LakeDestination]:
+    return [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
+
+
+def run(spark: SparkSession, spec: BaselineJobSpec, *, started: float) -> BaselineResult:
+    """The baseline of ``spec`` in ``spark`` (``started``: when the job began, for the session's
+    time in the result)."""
+    lakes = lakes_of(spec)
+    use_passfile(spark, passfile(spec))
     for lake in lakes:
-        for key, value in lake.spark_conf().items():
-            builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        open_metastore(spark, lake)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    slots = spark.sparkContext.defaultParallelism
+    # the catalog (Spark's Hive client: seconds of JVM work) starts now, while the executors'
+    # Python workers start and the partitions are copied; the swap finds it ready
+    table = TableRef.parse(spec.table)
+    writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
     try:
-        use_passfile(spark, passfile(spec))
-        for lake in lakes:
-            open_metastore(spark, lake)
-        spark.conf.set("spark.sql.session.timeZone", "UTC")
-        # standard Parquet timestamps (INT96 is legacy and readers take it as nanoseconds)
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        slots = spark.sparkContext.defaultParallelism
-        # the catalog (Spark's Hive client: seconds of JVM work) starts now, while the executors'
-        # Python workers start and the partitions are copied; the swap finds it ready
-        table = TableRef.parse(spec.table)
-        writers = [LakeBaseWriter(spark, lake, table, spec.keys) for lake in lakes]
-        try:
-            locations = _locations(spec, writers)
-        except Exception as exc:  # e.g. a warehouse it cannot write: reported like a failed copy
-            log.error("%s: baseline failed: %s", spec.table, summarise(exc))
-            return BaselineResult(ok=False, session_seconds=time.monotonic() - started, error=summarise(exc))
-        fast = bool(spec.arrow_query) and bool(lakes)  # the Arrow path writes lakes only
-        if fast:
-            problem = _start_python_workers(spark, slots)
-            if problem:
-                log.warning(
-                    "%s: the executors cannot load the Arrow path (%s); install this package with "
-                    "adbc-driver-postgresql and pyarrow in their Python. Reading with Spark's JDBC "
-                    "source instead",
-                    spec.table,
-                    problem,
-                )
-                fast = False
-        session_seconds = time.monotonic() - started
-        predicates = plan_partitions(spec, slots)
-        log.info(
-            "%s: Spark session ready in %.1f s (master %s, %d task slots), reading %d partition(s)%s",
-            spec.table,
-            session_seconds,
-            spark.sparkContext.master,
-            slots,
-            len(predicates),
-            f" of about {spec.rows_estimate:,} rows" if spec.rows_estimate > 0 else "",
-        )
-        copy_started = time.monotonic()
-        try:
-            copied = _copy(spark, spec, predicates, writers, locations, fast)
-        except Exception as exc:  # not one destination's: the job as a whole failed
-            error = summarise(exc)
-            log.error("%s: baseline failed: %s", spec.table, error)
-            return BaselineResult(
-                ok=False, partitions=len(predicates), session_seconds=session_seconds, error=error
-            )
-        written, catalog_seconds = copied.written, copied.catalog_seconds
-        copy_seconds = time.monotonic() - copy_started - copied.cleanup_seconds  # to the base swapped in
-        rows = written[0]["rows"] if written else 0
-        write_seconds = copy_seconds - catalog_seconds
-        lake_written = [w for w in written if w["kind"] == "lake"]
-        pg_written = [w for w in written if w["kind"] == "postgres"]
-        if written:
-            log.info(
-                "%s: %s rows read and written in %.1f s (%s rows/s), %s",
+        locations = _locations(spec, writers)
+    except Exception as exc:  # e.g. a warehouse it cannot write: reported like a failed copy
+        log.error("%s: baseline failed: %s", spec.table, summarise(exc))
+        return BaselineResult(ok=False, session_seconds=time.monotonic() - started, error=summarise(exc))
+    fast = bool(spec.arrow_query) and bool(lakes)  # the Arrow path writes lakes only
+    if fast:
+        problem = _start_python_workers(spark, slots)
+        if problem:
+            log.warning(
+                "%s: the executors cannot load the Arrow path (%s); install this package with "
+                "adbc-driver-postgresql and pyarrow in their Python. Reading with Spark's JDBC "
+                "source instead",
                 spec.table,
-                f"{rows:,}",
-                write_seconds,
-                f"{rows / max(write_seconds, 1e-9):,.0f}",
-                "; ".join(
-                    (
-                        [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
-                        if spec.stage_as and lake_written
-                        else []
-                    )
-                    + (
-                        [
-                            f"swapped into {', '.join(w['table'] for w in lake_written)} in "
-                            f"{catalog_seconds:.1f} s (older versions removed in "
-                            f"{copied.cleanup_seconds:.1f} s more)"
-                        ]
-                        if lake_written and not spec.stage_as
-                        else []
-                    )
-                    + [f"copied into {w['staging']} of {w['destination']}" for w in pg_written]
-                ),
+                problem,
             )
+            fast = False
+    session_seconds = time.monotonic() - started
+    predicates = plan_partitions(spec, slots)
+    log.info(
+        "%s: Spark session ready in %.1f s (master %s, %d task slots), reading %d partition(s)%s",
+        spec.table,
+        session_seconds,
+        spark.sparkContext.master,
+        slots,
+        len(predicates),
+        f" of about {spec.rows_estimate:,} rows" if spec.rows_estimate > 0 else "",
+    )
+    copy_started = time.monotonic()
+    try:
+        copied = _copy(spark, spec, predicates, writers, locations, fast)
+    except Exception as exc:  # not one destination's: the job as a whole failed
+        error = summarise(exc)
+        log.error("%s: baseline failed: %s", spec.table, error)
         return BaselineResult(
-            ok=not copied.failed,
-            rows=rows,
-            partitions=len(predicates),
-            session_seconds=session_seconds,
-            copy_seconds=copy_seconds,
-            catalog_seconds=catalog_seconds,
-            written=tuple(written),
-            error=summary(copied.failed) if copied.failed else "",
-            failed=copied.failed,
+            ok=False, partitions=len(predicates), session_seconds=session_seconds, error=error
         )
-    finally:
-        spark.stop()
+    written, catalog_seconds = copied.written, copied.catalog_seconds
+    copy_seconds = time.monotonic() - copy_started - copied.cleanup_seconds  # to the base swapped in
+    rows = written[0]["rows"] if written else 0
+    write_seconds = copy_seconds - catalog_seconds
+    lake_written = [w for w in written if w["kind"] == "lake"]
+    pg_written = [w for w in written if w["kind"] == "postgres"]
+    if written:
+        log.info(
+            "%s: %s rows read and written in %.1f s (%s rows/s), %s",
+            spec.table,
+            f"{rows:,}",
+            write_seconds,
+            f"{rows / max(write_seconds, 1e-9):,.0f}",
+            "; ".join(
+                (
+                    [f"staged for apply in {', '.join(w['location'] for w in lake_written)}"]
+                    if spec.stage_as and lake_written
+                    else []
+                )
+                + (
+                    [
+                        f"swapped into {', '.join(w['table'] for w in lake_written)} in "
+                        f"{catalog_seconds:.1f} s (older versions removed in "
+                        f"{copied.cleanup_seconds:.1f} s more)"
+                    ]
+                    if lake_written and not spec.stage_as
+                    else []
+                )
+                + [f"copied into {w['staging']} of {w['destination']}" for w in pg_written]
+            ),
+        )
+    return BaselineResult(
+        ok=not copied.failed,
+        rows=rows,
+        partitions=len(predicates),
+        session_seconds=session_seconds,
+        copy_seconds=copy_seconds,
+        catalog_seconds=catalog_seconds,
+        written=tuple(written),
+        error=summary(copied.failed) if copied.failed else "",
+        failed=copied.failed,
+    )
 
 
 def plan_partitions(spec: BaselineJobSpec, slots: int) -> list[str]:

@@ -49,35 +49,41 @@ from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.bucket_versions import BucketedBase
 from airflow_provider_pgsync.spark.bucketed_segments import merge_bucketed_segments, plan
 from airflow_provider_pgsync.spark.convert import column_ref
+from airflow_provider_pgsync.spark.job_session import job_session
 from airflow_provider_pgsync.spark.lake import LakeBaseWriter
 from airflow_provider_pgsync.spark.lake_buckets import merge_buckets
 from airflow_provider_pgsync.spark.metastore_postgres import open_metastore
-from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 log = logging.getLogger("pgsync.spark")
+LOG_PREFIX = "pgsync compaction"
+"""What the job's log lines start with (``log_to_stderr``)."""
 # columns of a segment that are not the table's: the record's own, and its bucket
 RESERVED = frozenset([*(name for name, _ in RECORD_FIELDS), BUCKET])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Compact the tables of ``--spec``, the results written to ``--result``; 0 when all succeeded.
+
+    In ``spark`` when given (a session of the caller's process: the tests' resident driver),
+    which stays open; else in a session of its own, stopped at the end.
+    """
     parser = argparse.ArgumentParser(description="pgsync lake compaction")
     parser.add_argument("--spec", required=True, help='{"destination": {...}, "tables": [...]} (JSON)')
     parser.add_argument("--result", required=True, help="where to write the result (JSON)")
     args = parser.parse_args(argv)
-    log_to_stderr("pgsync compaction")
     spec = json.loads(Path(args.spec).read_text())
     lake = LakeDestination.from_config(spec["destination"])
-    builder = SparkSession.builder.appName("pgsync compaction")
-    for key, value in lake.spark_conf().items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    try:
-        open_metastore(spark, lake)
-        results = compact(spark, lake, [TableRef.parse(t) for t in spec["tables"]])
-    finally:
-        spark.stop()
+    tables = [TableRef.parse(t) for t in spec["tables"]]
+    with job_session(spark, "pgsync compaction", lake.spark_conf(), LOG_PREFIX) as session:
+        results = run(session, lake, tables)
     Path(args.result).write_text(json.dumps(results))
     return 0 if all("error" not in r for r in results) else 1
+
+
+def run(spark: SparkSession, lake: LakeDestination, tables: Sequence[TableRef]) -> list[dict[str, Any]]:
+    """The compaction job in ``spark``: the metastore opened, then ``compact``."""
+    open_metastore(spark, lake)
+    return compact(spark, lake, tables)
 
 
 def compact(spark: SparkSession, lake: LakeDestination, tables: Sequence[TableRef]) -> list[dict[str, Any]]:

@@ -180,6 +180,14 @@ class LakeBaseWriter:
             self._warming.join()
             self._warming = None
 
+    def _create_database(self) -> None:
+        """The lake's catalog database, unless it exists, in its own folder of the warehouse."""
+        location = self.destination.database_location
+        self.spark.sql(
+            f"CREATE DATABASE IF NOT EXISTS {quote(self.destination.database)}"
+            + (f" LOCATION {_literal(location)}" if location else "")
+        )
+
     def _start_catalog(self) -> None:
         try:
             if self._alone:  # nobody can change the table before the swap
@@ -188,7 +196,7 @@ class LakeBaseWriter:
                     # a new lake: its database now rather than in the swap (a cold first
                     # metastore write, about a second); nobody reads it before the swap, and
                     # should the write fail, ``discard`` drops it again
-                    self.spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(self.destination.database)}")
+                    self._create_database()
                     self._early_database = self.destination.database
                     self._view = CatalogView(True, None, None)
                 # the lineage's changes table: nobody reads it before the swap; should the write
@@ -289,7 +297,7 @@ class LakeBaseWriter:
         view = self._view or self._read_view()
         self._view = None  # read once per swap
         if not view.database_exists:
-            self.spark.sql(f"CREATE DATABASE IF NOT EXISTS `{self.destination.database}`")
+            self._create_database()
         previous = view.location
         if view.schema is not None:
             if view.schema == staged.schema.simpleString():

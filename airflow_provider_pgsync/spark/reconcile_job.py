@@ -36,29 +36,37 @@ from airflow_provider_pgsync.destinations.lake_tables import RECORD_FIELDS, merg
 from airflow_provider_pgsync.reconcile.canonical import arrow_texts, md5_hex, row_text
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.convert import column_ref
-from airflow_provider_pgsync.spark.progress import log_to_stderr
+from airflow_provider_pgsync.spark.job_session import job_session
 
 log = logging.getLogger("pgsync.spark")
+LOG_PREFIX = "pgsync reconciliation"
+"""What the job's log lines start with (``log_to_stderr``)."""
 
 DIGEST_SCHEMA = pa.schema([("k", pa.string()), ("kh", pa.string()), ("rh", pa.string())])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Write the digests of the tables of ``--spec``, the results to ``--result``.
+
+    In ``spark`` when given (a session of the caller's process: the tests' resident driver),
+    which stays open; else in a session of its own, stopped at the end.
+    """
     parser = argparse.ArgumentParser(description="pgsync reconciliation (lake side)")
     parser.add_argument("--spec", required=True, help='{"destination": {...}, "tables": [...]} (JSON)')
     parser.add_argument("--result", required=True, help="where to write the result (JSON)")
     args = parser.parse_args(argv)
-    log_to_stderr("pgsync reconciliation")
     spec = json.loads(Path(args.spec).read_text())
     lake = LakeDestination.from_config(spec["destination"])
-    spark = SparkSession.builder.appName("pgsync reconciliation").getOrCreate()
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
-        results = [_one(spark, lake, table) for table in spec["tables"]]
-    finally:
-        spark.stop()
+    with job_session(spark, "pgsync reconciliation", {}, LOG_PREFIX) as session:
+        results = run(session, lake, spec["tables"])
     Path(args.result).write_text(json.dumps(results))
     return 0
+
+
+def run(spark: SparkSession, lake: LakeDestination, tables: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The digests of each of ``tables`` (a failed one is reported, the others go on)."""
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return [_one(spark, lake, table) for table in tables]
 
 
 def _one(spark: SparkSession, lake: LakeDestination, spec: dict[str, Any]) -> dict[str, Any]:

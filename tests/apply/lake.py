@@ -21,6 +21,7 @@ from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
 from tests.capture.conftest import Pipeline
 from tests.conftest import Database
+from tests.support import resident_spark
 from tests.support.replica import apply_into, column_names
 
 SESSION = Path(__file__).with_name("lake_session.py")
@@ -82,7 +83,10 @@ def view_query(database: Database, table: str) -> str:
 
 
 def lake_session(lake: Path, steps: list[dict[str, Any]]) -> list[Any]:
-    """Run ``steps`` in one Spark session on the lake (``lake_session.py``); their results."""
+    """Run ``steps`` in one Spark session on the lake (``tests/support/lake_steps.py``): the
+    worker's resident driver's, or ``lake_session.py``'s; their results."""
+    if resident_spark.current is not None:
+        return resident_spark.current.steps(lake, steps)
     return list(run_session(SESSION, [str(lake), json.dumps(steps)], timeout=600))
 
 
@@ -105,12 +109,21 @@ def run_session(script: Path, args: list[str], timeout: float) -> Any:
     return json.loads(line[len("RESULT ") :])
 
 
+def written_to(lake: Path) -> list[str]:
+    """What ``lake`` holds besides the empty Derby metastore the ``lake`` fixture may put there."""
+    return sorted(p.name for p in lake.iterdir() if p.name != "metastore_db")
+
+
 def sort_rows(found: list[list[str | None]]) -> list[tuple[str | None, ...]]:
     return sorted((tuple(r) for r in found), key=lambda r: tuple((v is None, v or "") for v in r))
 
 
 def spark_sql(lake: Path, query: str) -> list[str]:
-    """``query`` run by the ``spark-sql`` command on the lake; the words of its output."""
+    """``query`` run by the ``spark-sql`` command on the lake (by the worker's resident driver,
+    which keeps the lake's catalog, when the test uses it); the words of its output."""
+    if resident_spark.current is not None:
+        [rows] = resident_spark.current.steps(lake, [{"sql": query}])
+        return [("NULL" if v is None else str(v)) for row in rows for v in row]
     conf = LakeDestination.from_config({"warehouse": str(lake)}).spark_conf()
     done = subprocess.run(
         [

@@ -26,7 +26,7 @@ from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import baseline, cdc_into_lake, lake_session, sort_rows, view_query
 from tests.capture.conftest import MakePipeline
 from tests.conftest import Database
-from tests.support.backfill import Writer, backfill_keys
+from tests.support.backfill import backfill_keys, writer
 from tests.support.replica import rows
 
 TABLE = "public.items"
@@ -83,7 +83,7 @@ def test_a_key_backfill_repairs_the_lake_under_writes(
     rewrite_base(lake, EVENTS, damage_events)
     rows_of_events = [{"kind": None, "at": "1"}, {"kind": "b", "at": "50"}, {"kind": "b", "at": "99"}]
 
-    with Writer(database, touched=20) as writer:
+    with writer(database, touched=20) as writes:
         with psycopg.connect(database.conninfo) as open_tx:  # in the snapshot's xip, committed after it
             open_tx.execute("UPDATE items SET name = 'open tx' WHERE id = 20")
             result = backfill_keys(
@@ -107,7 +107,7 @@ def test_a_key_backfill_repairs_the_lake_under_writes(
         assert pipeline.state().table(EVENTS).backfill is None, "the backfill of events was not applied"
         assert not staged.exists(), "the staged rows were not removed after apply"
         cdc_into_lake(pipeline, source_conn_id, lake)
-    assert writer.writes > 10, "the writer hardly wrote"
+    assert writes.done > 10, "the writer hardly wrote"
     cdc_into_lake(pipeline, source_conn_id, lake)
 
     found, found_events = lake_session(lake, [{"sql": view_query(database, t)} for t in (TABLE, EVENTS)])

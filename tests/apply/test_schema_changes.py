@@ -4,11 +4,10 @@ or goes back to baseline; the lake continues only for NULL-filled additions."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,55 +25,33 @@ from airflow_provider_pgsync.state.store import update_state
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database
 from tests.support.replica import apply_all, copy_base, empty_capture_baseline, rows
+from tests.support.writer import Writes, concurrent_writer
 
 ITEMS = "public.items"
 
 
 @contextmanager
-def writer(database: Database) -> Iterator[list[int]]:
-    """Updates and inserts into items (columns id and a only) until the block ends; yields the
-    count of its transactions, which must grow."""
-    done = threading.Event()
-    count = [0]
-    errors: list[BaseException] = []
+def writer(database: Database) -> Iterator[Writes]:
+    """Updates and inserts into items (columns id and a only) until the block ends, from its
+    fifth transaction on."""
+    [(last,)] = database.execute("SELECT greatest(max(id), 1000) FROM items")
 
-    def run() -> None:
-        try:
-            with database.connect() as conn:
-                conn.autocommit = True
-                row = conn.execute("SELECT greatest(max(id), 1000) FROM items").fetchone()
-                n = int(row[0]) if row else 1000
-                while not done.is_set():
-                    n += 1
-                    conn.execute("UPDATE items SET a = a + 1 WHERE id = %s", (n % 20 + 1,))
-                    conn.execute("INSERT INTO items (id, a) VALUES (%s, %s)", (n, n))
-                    count[0] += 1
-        except BaseException as exc:
-            errors.append(exc)
+    def transaction(conn: Any, n: int) -> None:
+        conn.execute("UPDATE items SET a = a + 1 WHERE id = %s", (n % 20 + 1,))
+        conn.execute("INSERT INTO items (id, a) VALUES (%s, %s)", (n, n))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while count[0] < 5 and time.monotonic() < deadline and not errors:
-        time.sleep(0.01)  # polling the writer's progress, with a deadline
-    try:
-        yield count
-    finally:
-        done.set()
-        thread.join(timeout=30)
-    assert not errors, errors
-    assert count[0] >= 5
+    with concurrent_writer(database, transaction, first=int(str(last)), interval=0, at_least=5) as writes:
+        writes.wait_for(5, "before the DDL")
+        yield writes
 
 
 def _step(pipeline: Pipeline, database: Database, replica: Database, ddl: list[str]) -> dict[str, object]:
     """Run ``ddl`` while the writer runs, then stop it, capture everything and apply once."""
-    with writer(database) as count:
+    with writer(database) as writes:
         for statement in ddl:
             database.execute(statement)
-        before = count[0]  # counted after the last DDL: some of its transactions follow that DDL
-        deadline = time.monotonic() + 30
-        while count[0] < before + 3 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the writer goes on under the new columns
+        # counted after the last DDL: some of its transactions follow that DDL
+        writes.wait_for(writes.done + 3, "under the new columns")
     pipeline.capture_until_idle()
     return apply_all(pipeline, replica)
 

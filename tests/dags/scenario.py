@@ -4,10 +4,7 @@ row comparison of each with the source, and the writer that runs beside them."""
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,43 +128,3 @@ def equal_everywhere(
         )
         if found:
             assert sort_rows(found[i]) == expected, f"{table} differs in the lake's view (Spark)"
-
-
-@contextmanager
-def writer_thread(
-    database: Database,
-    transaction: Callable[[Any, int], None],
-    *,
-    first_id: int,
-    interval: float = 0.005,
-    skip_deadlocks: bool = True,
-) -> Iterator[list[int]]:
-    """A thread that commits ``transaction(conn, new_id)`` (ids from ``first_id + 1`` on, one per
-    transaction) every ``interval`` seconds until the block ends; yields the count committed.
-    One that a DDL of the test deadlocks is skipped (``skip_deadlocks``); any other error stops
-    the writer and fails the block, as does a writer that committed nothing."""
-    stop, done, errors = threading.Event(), [0], []
-
-    def run() -> None:
-        next_id = first_id
-        with database.connect() as conn:
-            while not stop.wait(interval):
-                next_id += 1
-                try:
-                    with conn.transaction():
-                        transaction(conn, next_id)
-                    done[0] += 1
-                except Exception as exc:
-                    if not (skip_deadlocks and "deadlock" in str(exc)):
-                        errors.append(exc)
-                        return
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"

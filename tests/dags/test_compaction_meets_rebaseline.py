@@ -25,6 +25,10 @@ from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
 from tests.support.replica import rows
 
+# the subject is two drivers of their own, one paused by the OS (SIGSTOP) with the Derby lock:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 TABLE = "public.items"
 DEADLINE_S = 300
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 import shutil
 import stat
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -26,45 +26,27 @@ from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
 from tests.support.replica import rows
+from tests.support.writer import Writes, concurrent_writer
 
 REPLICA = [{"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
 
 
 @contextmanager
-def writer(database: Database, tables: list[str], seed: int) -> Iterator[list[int]]:
+def writer(database: Database, tables: list[str], seed: int) -> Iterator[Writes]:
     """A thread committing inserts, updates and deletes over ``tables`` until the block ends
     (about 200 transactions a second, so the machine's cores stay the Spark jobs' too)."""
-    stop, done, errors = threading.Event(), [0], []
     rng = random.Random(seed)
 
-    def run() -> None:
-        next_id = 10_000_000 * seed  # ids of its own
-        with database.connect() as conn:
-            while not stop.wait(0.005):
-                table = TableRef.parse(rng.choice(tables)).identifier
-                try:
-                    with conn.transaction():
-                        next_id += 1
-                        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w')").format(table), (next_id,))
-                        conn.execute(
-                            sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(table),
-                            (rng.randint(1, 100),),
-                        )
-                        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(table), (next_id - 3,))
-                    done[0] += 1
-                except Exception as exc:
-                    errors.append(exc)
-                    return
+    def transaction(conn: Any, new: int) -> None:
+        table = TableRef.parse(rng.choice(tables)).identifier
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w')").format(table), (new,))
+        conn.execute(
+            sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(table), (rng.randint(1, 100),)
+        )
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(table), (new - 3,))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"
+    with concurrent_writer(database, transaction, first=10_000_000 * seed, skip_deadlocks=False) as writes:
+        yield writes
 
 
 def _tables(database: Database, tables: list[str]) -> None:

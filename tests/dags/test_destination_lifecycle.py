@@ -8,7 +8,6 @@ every destination to Ready, equal to the source (per-row text, duplicates counte
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,39 +20,24 @@ from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
 from tests.support.replica import rows
+from tests.support.writer import Writes, concurrent_writer
 
 TABLES = ["public.accounts", "public.events"]
 
 
 @contextmanager
-def writer(database: Database, seed: int) -> Iterator[list[int]]:
+def writer(database: Database, seed: int) -> Iterator[Writes]:
     """A thread committing transactions over both tables (transfers, inserts, deletes, key
-    changes, duplicate rows of the keyless table) until the block ends; yields their count."""
-    stop, done, errors = threading.Event(), [0], []
+    changes, duplicate rows of the keyless table) until the block ends. A DDL running
+    meanwhile may deadlock a transfer: the next one goes on."""
     rng = random.Random(seed)
+    next_id = [10_000 + seed * 100_000]
 
-    def run() -> None:
-        with database.connect() as conn:
-            next_id = [10_000 + seed * 100_000]
-            while not stop.is_set():
-                try:
-                    with conn.transaction():
-                        _transaction(conn, rng, next_id)
-                    done[0] += 1
-                except Exception as exc:  # a DDL running meanwhile may deadlock a transfer: retry
-                    if "deadlock" not in str(exc):
-                        errors.append(exc)
-                        return
+    def transaction(conn: Any, _: int) -> None:
+        _transaction(conn, rng, next_id)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not errors, errors
-    assert done[0] > 0, "the writer committed nothing: the test proves nothing"
+    with concurrent_writer(database, transaction, interval=0) as writes:
+        yield writes
 
 
 def _transaction(conn: Any, rng: random.Random, next_id: list[int]) -> None:

@@ -35,15 +35,15 @@ from tests.dags.scenario import (  # noqa: F401 (multiset_sqlite: a fixture)
     equal_without_spark,
     multiset_sqlite,
     phases,
-    writer_thread,
 )
 from tests.support.sqlite_destination import source_text, sqlite_text
+from tests.support.writer import Writes, concurrent_writer
 
 TABLES = ["public.events", "public.items", "public.orders"]
 
 
 @contextmanager
-def writer(database: Database, seed: int, orders_keyless: threading.Event) -> Iterator[list[int]]:
+def writer(database: Database, seed: int, orders_keyless: threading.Event) -> Iterator[Writes]:
     """A thread committing inserts, updates (of key columns too) and deletes over the three
     tables until the block ends; duplicate rows in ``orders`` once ``orders_keyless`` is set.
     A DDL meanwhile may deadlock a transaction: the next one goes on."""
@@ -52,8 +52,8 @@ def writer(database: Database, seed: int, orders_keyless: threading.Event) -> It
     def transaction(conn: Any, new: int) -> None:
         _transaction(conn, rng, new, orders_keyless.is_set())
 
-    with writer_thread(database, transaction, first_id=1_000_000 * seed) as done:
-        yield done
+    with concurrent_writer(database, transaction, first=1_000_000 * seed) as writes:
+        yield writes
 
 
 def _transaction(conn: Any, rng: random.Random, new: int, orders_keyless: bool) -> None:
@@ -75,14 +75,9 @@ def _transaction(conn: Any, rng: random.Random, new: int, orders_keyless: bool) 
     conn.execute("DELETE FROM orders WHERE id = %s", (new - 4,))
 
 
-def _written_after(done: list[int], count: int) -> None:
+def _written_after(writes: Writes, count: int) -> None:
     """Wait until the writer has committed ``count`` more transactions (changes after a DDL)."""
-    target = done[0] + count
-    for _ in range(3000):
-        if done[0] >= target:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError("the writer stalled")
+    writes.wait_for(writes.done + count, "after the DDL")
 
 
 @pytest.mark.slow
@@ -124,12 +119,12 @@ def test_a_key_that_changes_kind_continues_or_rebaselines_and_ends_equal_everywh
     # schema version); a column added then keeps it the whole row too: every destination
     # continues, nothing goes back to baseline (the lake's view shows the column once compacted)
     before = triggered_baselines(pipeline)
-    with writer(database, 2, orders_keyless) as done:
+    with writer(database, 2, orders_keyless) as writes:
         database.execute("ALTER TABLE events ADD PRIMARY KEY (id)")
-        _written_after(done, 20)
+        _written_after(writes, 20)
         database.execute("ALTER TABLE events ADD COLUMN note text")
         database.execute("UPDATE events SET note = 'n' || id WHERE id <= 50")
-        _written_after(done, 20)
+        _written_after(writes, 20)
     cdc = pipeline.run("cdc")
     assert task_states(cdc) == CDC_GREEN, task_states(cdc)
     assert triggered_baselines(pipeline) == before
@@ -139,13 +134,13 @@ def test_a_key_that_changes_kind_continues_or_rebaselines_and_ends_equal_everywh
 
     # three changes of the identity, each with writes around it; capture meets them in one run
     capsys.readouterr()
-    with writer(database, 3, orders_keyless) as done:
+    with writer(database, 3, orders_keyless) as writes:
         database.execute("ALTER TABLE events REPLICA IDENTITY DEFAULT")  # keyless -> keyed (id)
         database.execute("ALTER TABLE items REPLICA IDENTITY USING INDEX items_code_key")  # id -> code
         # -> the whole row
         database.execute("ALTER TABLE orders REPLICA IDENTITY FULL, DROP CONSTRAINT orders_pkey")
         orders_keyless.set()
-        _written_after(done, 20)
+        _written_after(writes, 20)
         cdc = pipeline.run("cdc")
     assert str(cdc.state) == "failed", task_states(cdc)
     assert task_states(cdc) == {

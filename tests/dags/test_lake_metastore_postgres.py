@@ -24,6 +24,10 @@ from pgcluster import SUPERUSER, dev_password
 from tests.conftest import Database, MakeReplica
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 
+# the subject is a PostgreSQL metastore of the lake's own, read by spark-sql meanwhile:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 TABLE = "public.items"
 DEADLINE_S = 300
 QUERY = (

@@ -33,9 +33,9 @@ from airflow_provider_pgsync.source.names import TableRef
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states, triggered_baselines
-from tests.dags.scenario import writer_thread
 from tests.support.replica import rows
 from tests.support.sqlite_destination import source_text, sqlite_text
+from tests.support.writer import Writes, concurrent_writer
 
 PT = "public.pt"
 ORDINARY = [f"public.t{i:02d}" for i in range(1, 13)]
@@ -46,7 +46,7 @@ UPDATED = [*range(1, 30), *range(1000, 1020), *range(1500, 1520), *range(9000, 9
 
 
 @contextmanager
-def writer(database: Database, seed: int) -> Iterator[list[int]]:
+def writer(database: Database, seed: int) -> Iterator[Writes]:
     """A thread committing small transactions over every table until the block ends: an insert
     (into pt: its default partition), an update of a row in any partition, a delete of its own.
     A DDL of the test may deadlock one of them: that one is skipped."""
@@ -60,8 +60,8 @@ def writer(database: Database, seed: int) -> Iterator[list[int]]:
         conn.execute(sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident), (target,))
         conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(ident), (new - 2,))
 
-    with writer_thread(database, transaction, first_id=100_000 * seed, interval=0.01) as done:
-        yield done
+    with concurrent_writer(database, transaction, first=100_000 * seed, interval=0.01) as writes:
+        yield writes
 
 
 def _source(database: Database) -> None:

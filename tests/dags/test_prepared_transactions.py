@@ -44,8 +44,8 @@ from tests.dags.scenario import (  # noqa: F401 (multiset_sqlite: a fixture)
     equal_without_spark,
     multiset_sqlite,
     phases,
-    writer_thread,
 )
+from tests.support.writer import Writes, concurrent_writer
 
 TABLES = ["public.orders", "public.events"]
 
@@ -121,7 +121,7 @@ def _p(database: Database, gid: str, low: int) -> Prepared:
 
 
 @contextmanager
-def writer(database: Database, seed: int) -> Iterator[list[int]]:
+def writer(database: Database, seed: int) -> Iterator[Writes]:
     """A thread committing inserts, updates and deletes of both tables (rows no prepared
     transaction holds: ``orders`` ids above 100 and ``events`` rows of kind ``w``) until the
     block ends."""
@@ -139,8 +139,8 @@ def writer(database: Database, seed: int) -> Iterator[list[int]]:
         )
         conn.execute("DELETE FROM events WHERE ctid = (SELECT min(ctid) FROM events WHERE kind = 'w')")
 
-    with writer_thread(database, transaction, first_id=1_000_000 * seed, skip_deadlocks=False) as done:
-        yield done
+    with concurrent_writer(database, transaction, first=1_000_000 * seed, skip_deadlocks=False) as writes:
+        yield writes
 
 
 def _cdc(pipeline: PipelineDags) -> None:

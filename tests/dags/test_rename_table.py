@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,9 @@ from tests.conftest import Database
 from tests.dags.conftest import CDC_GREEN, MakePipelineDags, PipelineDags, task_states
 from tests.support.lake_oracle import lake_rows
 from tests.support.replica import rows
+from tests.support.writer import Writes, concurrent_writer
 
 DESTINATIONS = [{"kind": "lake"}, {"kind": "postgres", "conn_id": "pgsync_replica", "name": "replica"}]
-
-
-@dataclass
-class Writes:
-    done: int = 0
-    errors: list[Exception] = field(default_factory=list)
 
 
 @contextmanager
@@ -41,39 +35,22 @@ def writer(
 ) -> Iterator[Writes]:
     """A thread committing transactions over both tables (new rows numbered from ``ids``) until
     the block ends; once ``rename`` is set, one of its transactions renames ``s`` to ``s_new``
-    between writes to it (``names`` says what the tables are called). Yields the count of
-    transactions so far and the error that stopped the thread, if any."""
-    stop, writes = threading.Event(), Writes()
+    between writes to it (``names`` says what the tables are called)."""
 
-    def run() -> None:
-        with database.connect() as conn:
-            while not stop.is_set():
-                n = next(ids)
-                try:
-                    with conn.transaction():
-                        s = sql.Identifier(names["s"])
-                        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(s), (n, n))
-                        conn.execute(sql.SQL("UPDATE {} SET v = v + 1 WHERE id = %s").format(s), (n % 50,))
-                        if rename.is_set() and names["s"] == "s":
-                            conn.execute("ALTER TABLE s RENAME TO s_new")
-                            names["s"] = "s_new"
-                            conn.execute("INSERT INTO s_new VALUES (%s, 0)", (-n,))
-                        conn.execute("INSERT INTO t VALUES (%s, %s)", (n, n))
-                        conn.execute("DELETE FROM t WHERE id = %s", (n - 7,))
-                    writes.done += 1
-                except Exception as exc:
-                    writes.errors.append(exc)
-                    return
+    def transaction(conn: Any, _: int) -> None:
+        n = next(ids)
+        s = sql.Identifier(names["s"])
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(s), (n, n))
+        conn.execute(sql.SQL("UPDATE {} SET v = v + 1 WHERE id = %s").format(s), (n % 50,))
+        if rename.is_set() and names["s"] == "s":
+            conn.execute("ALTER TABLE s RENAME TO s_new")
+            names["s"] = "s_new"
+            conn.execute("INSERT INTO s_new VALUES (%s, 0)", (-n,))
+        conn.execute("INSERT INTO t VALUES (%s, %s)", (n, n))
+        conn.execute("DELETE FROM t WHERE id = %s", (n - 7,))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with concurrent_writer(database, transaction, interval=0, skip_deadlocks=False) as writes:
         yield writes
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not writes.errors, writes.errors
-    assert writes.done > 0, "the writer committed nothing: the test proves nothing"
 
 
 def _equal_everywhere(

@@ -19,6 +19,10 @@ from tests.dags.conftest import CDC_GREEN, MakePipelineDags, task_states
 from tests.spark.standalone import DAEMON_JAVA_OPTS, StandaloneCluster, standalone_cluster, wait_until
 from tests.support.replica import rows
 
+# the subject is a standalone master:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 TABLE = "public.items"
 
 

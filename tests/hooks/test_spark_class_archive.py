@@ -22,6 +22,10 @@ from airflow_provider_pgsync.hooks.spark_class_archive import (
 )
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 
+# the subject is the drivers' class archive:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 

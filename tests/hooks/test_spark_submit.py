@@ -24,6 +24,10 @@ from airflow_provider_pgsync.hooks.spark_submit import (
 )
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
 
+# the subject is spark-submit itself:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 
 def _connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", **fields}))

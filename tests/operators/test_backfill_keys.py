@@ -15,7 +15,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.state.model import Ready
 from tests.capture.conftest import Pipeline
 from tests.conftest import Database
-from tests.support.backfill import EVENTS, REPLICA, TABLE, Writer, backfill_keys, cdc
+from tests.support.backfill import EVENTS, REPLICA, TABLE, backfill_keys, cdc, writer
 from tests.support.replica import rows
 
 
@@ -29,7 +29,7 @@ def test_a_key_backfill_repairs_missing_changed_and_extra_rows_under_writes(
     replica.execute("INSERT INTO items (id, name, n) VALUES (1000, 'extra', 0)")
     assert rows(replica, TABLE) != rows(database, TABLE)
 
-    with Writer(database, touched=20) as writer:
+    with writer(database, touched=20) as writes:
         # open while the snapshot is taken (in its xip): committed after it, so newer than the staged row
         with psycopg.connect(database.conninfo) as open_tx:
             open_tx.execute("UPDATE items SET name = 'open tx' WHERE id = 20")
@@ -45,7 +45,7 @@ def test_a_key_backfill_repairs_missing_changed_and_extra_rows_under_writes(
         cdc(pipeline, source_conn_id, [REPLICA])  # the backfill is applied here, the writer still going
         assert pipeline.state().table(TABLE).backfill is None, "the backfill was not applied"
         cdc(pipeline, source_conn_id, [REPLICA])
-    assert writer.writes > 10, "the writer hardly wrote"
+    assert writes.done > 10, "the writer hardly wrote"
     cdc(pipeline, source_conn_id, [REPLICA])
 
     assert rows(replica, TABLE) == rows(database, TABLE)
@@ -111,13 +111,13 @@ def test_a_row_backfill_repairs_a_keyless_table_as_a_multiset_under_writes(
         {"kind": "x'), (NULL, 0); DROP TABLE events; --\\ \"{}", "at": "0"},  # a row no one has
     ]
 
-    with Writer(database, touched=20) as writer:  # writes to items; events get their own below
+    with writer(database, touched=20) as writes:  # writes to items; events get their own below
         result = backfill_keys(pipeline, source_conn_id, keys, [REPLICA], table=EVENTS)
         database.execute("INSERT INTO events VALUES ('a', 1), ('y', 5), (NULL, 2)")
         database.execute("DELETE FROM events WHERE ctid = (SELECT min(ctid) FROM events WHERE kind = 'c')")
         cdc(pipeline, source_conn_id, [REPLICA])
         assert pipeline.state().table(EVENTS).backfill is None, "the backfill was not applied"
-    assert writer.writes > 0
+    assert writes.done > 0
     cdc(pipeline, source_conn_id, [REPLICA])
 
     assert (result["keys"], result["rows"], result["absent"]) == (

@@ -8,12 +8,9 @@ and inside Spark. Distributed masters are covered in ``tests/baseline``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,6 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_pgsync.baseline.partitions import ctid_predicates, partition_count
-from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.errors import (
     BaselineError,
     ConfigError,
@@ -36,6 +32,7 @@ from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStor
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.state.model import Errored, SyncDone, TablePhase
 from pgcluster import dev_password
+from tests.apply.lake import lake_session, written_to
 from tests.baseline.conftest import PIPELINE, baseline_slot, pipeline_state
 from tests.conftest import Database, RunDag
 
@@ -88,41 +85,14 @@ def _version(result: dict[str, Any]) -> str:
     return Path(result["written"][0]["location"]).name
 
 
-_CATALOG_QUERY = """
-import json, sys
-from pyspark.sql import SparkSession
-
-conf, table = json.loads(sys.argv[1]), sys.argv[2]
-builder = SparkSession.builder.master("local[1]").appName("pgsync test catalog")
-builder = builder.config("spark.ui.enabled", "false")
-for key, value in conf.items():
-    builder = builder.config(key, value)
-spark = builder.getOrCreate()
-spark.sparkContext.setLogLevel("ERROR")
-count = spark.sql(f"SELECT count(*) FROM {table}").collect()[0][0]
-location = [r[1] for r in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect() if r[0] == "Location"]
-print("RESULT " + json.dumps({"count": count, "location": location}))
-spark.stop()
-"""
-
-
-def _catalog(lake: Path, tmp_path: Path, table: str = BASE_TABLE) -> tuple[int, str]:
-    """``(count(*), location)`` of a catalog table, read by a SparkSession in another process
-    (a session here would keep the embedded Derby metastore open)."""
-    conf = LakeDestination.from_config({"warehouse": str(lake)}).spark_conf()
-    done = subprocess.run(
-        [sys.executable, "-c", _CATALOG_QUERY, json.dumps(conf), table],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,  # Derby writes derby.log into the working folder
-        check=False,
+def _catalog(lake: Path, table: str = BASE_TABLE) -> tuple[int, str]:
+    """``(count(*), location)`` of a catalog table, read in a Spark session of the lake's."""
+    [[[count]], described] = lake_session(
+        lake,
+        [{"sql": f"SELECT count(*) FROM {table}"}, {"sql": f"DESCRIBE TABLE EXTENDED {table}"}],  # noqa: S608
     )
-    found = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and found, f"catalog query failed:\n{done.stdout}\n{done.stderr[-5000:]}"
-    result = json.loads(found[-1].removeprefix("RESULT "))
-    [location] = result["location"]
-    return int(result["count"]), str(location).removeprefix("file:")
+    [location] = [row[1] for row in described if row[0] == "Location"]
+    return int(count), str(location).removeprefix("file:")
 
 
 # ---- in a DAG run ----------------------------------------------------------------------------
@@ -205,7 +175,7 @@ def test_baseline_in_a_dag_run(
     assert "***" not in log, "something was masked: a secret reached the log"
 
     # the catalog table of the base points at the written version and reads back every row
-    assert _catalog(lake, tmp_path) == (1000, str(location))
+    assert _catalog(lake) == (1000, str(location))
 
 
 # ---- rebaseline ------------------------------------------------------------------------------
@@ -246,7 +216,7 @@ def test_rebaseline_swaps_the_base_and_keeps_the_previous_version(
     assert _versions(lake) == {_version(second), _version(third)}, "only current + previous are kept"
     lineages = {p.name for p in (lake / "pgsync" / "public__items" / "changes").iterdir()}
     assert lineages == {_version(second), _version(third)}, "segments of older lineages are removed"
-    assert _catalog(lake, tmp_path) == (200, third["written"][0]["location"])
+    assert _catalog(lake) == (200, third["written"][0]["location"])
 
 
 # ---- errors before Spark -----------------------------------------------------------------------
@@ -258,7 +228,7 @@ def test_missing_table_is_a_config_error(source_conn_id: str, lake: Path, run_ba
     phase = _phase(source_conn_id, "public.no_such_table")
     assert isinstance(phase, Errored)
     assert str(raised.value) in phase.reason
-    assert [p.name for p in lake.iterdir()] == ["metastore_db"], "something was written to the lake"
+    assert written_to(lake) == [], "something was written to the lake"
 
 
 def test_columns_differing_only_in_case_are_refused(
@@ -272,7 +242,7 @@ def test_columns_differing_only_in_case_are_refused(
     assert "public.items" in str(raised.value)
     phase = _phase(source_conn_id)
     assert isinstance(phase, Errored) and str(raised.value) in phase.reason
-    assert [p.name for p in lake.iterdir()] == ["metastore_db"], "something was written to the lake"
+    assert written_to(lake) == [], "something was written to the lake"
 
 
 # ---- errors in Spark -------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ from airflow_provider_pgsync.source.publication import published_table
 from tests.baseline.secret_role import SecretRole, require_password, secret_role
 from tests.conftest import Database, MakeReplica
 
+# the subject is the password file spark-submit ships, and what its command line and logs hold:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 TABLE = "public.items"
 MOUNTED = "/etc/pgsync/pgpass"
 SPARK_CONN = "spark_under_test"

@@ -20,6 +20,7 @@ from tests.capture.conftest import (
     make_pipeline,  # noqa: F401 (the fixture, shared)
 )
 from tests.conftest import Database
+from tests.support.writer import Writes, concurrent_writer
 
 
 def apply_into(pipeline: Pipeline, replica: Database, conn_id: str = "pgsync_replica") -> None:
@@ -49,50 +50,25 @@ def wait_for_repair(pipeline: Pipeline, table: str, timeout: float = 180) -> Non
 
 
 @contextmanager
-def writer(
-    database: Database, table: str, *, first: int, last: int, new_from: int
-) -> Iterator[list[int]]:
+def writer(database: Database, table: str, *, first: int, last: int, new_from: int) -> Iterator[Writes]:
     """A thread committing inserts (keys from ``new_from``), updates and deletes of keys
-    ``first..last`` of ``table`` (columns id, v) until the block ends; yields the transactions
-    it committed, and fails the block if it raised."""
-    stop, done, errors = threading.Event(), [], []
+    ``first..last`` of ``table`` (columns id, v) until the block ends, at about the pace of a
+    busy application, not a flood."""
     rng = random.Random(11)
     ident = sql.Identifier(table)
 
-    def run() -> None:
-        next_id = new_from
-        with database.connect() as conn:
-            while not stop.is_set():
-                try:
-                    with conn.transaction():
-                        next_id += 1
-                        conn.execute(
-                            sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 'new')").format(ident),
-                            (next_id,),
-                        )
-                        key = rng.randint(first, last)
-                        conn.execute(
-                            sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident), (key,)
-                        )
-                        if rng.random() < 0.3:
-                            conn.execute(
-                                sql.SQL("DELETE FROM {} WHERE id = %s").format(ident),
-                                (rng.randint(first, last),),
-                            )
-                    done.append(next_id)
-                    stop.wait(0.02)  # about the pace of a busy application, not a flood
-                except Exception as exc:  # reported by the block
-                    errors.append(exc)
-                    return
+    def transaction(conn: Any, new: int) -> None:
+        conn.execute(sql.SQL("INSERT INTO {} (id, v) VALUES (%s, 'new')").format(ident), (new,))
+        update = sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(ident)
+        conn.execute(update, (rng.randint(first, last),))
+        if rng.random() < 0.3:
+            delete = sql.SQL("DELETE FROM {} WHERE id = %s").format(ident)
+            conn.execute(delete, (rng.randint(first, last),))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield done
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-    assert not errors, errors
+    with concurrent_writer(
+        database, transaction, first=new_from, interval=0.02, skip_deadlocks=False
+    ) as writes:
+        yield writes
 
 
 @dataclass

@@ -93,7 +93,7 @@ def test_differences_in_the_lake_are_found_while_a_writer_runs(
         _cdc(pipeline, lake, source_conn_id)
 
     with writer(database, "items", first=100, last=1999, new_from=10_000) as written, looping(cdc) as loop:
-        wait_for("the writer's first transactions", lambda: len(written) > 5)
+        wait_for("the writer's first transactions", lambda: written.done > 5)
         result = _operator(pipeline, lake).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
         assert [(t["table"], t["status"]) for t in result["tables"]] == [
             ("public.bag", "equal"),
@@ -146,7 +146,7 @@ def test_differences_in_the_lake_are_found_while_a_writer_runs(
             repaired = _operator(pipeline, lake).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
             assert [t["status"] for t in repaired["tables"]] == ["equal", "equal", "equal"], repaired
         runs_during = loop.runs
-    assert len(written) > 10 and runs_during > 1
+    assert written.done > 10 and runs_during > 1
 
 
 @pytest.mark.slow

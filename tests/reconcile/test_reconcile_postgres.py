@@ -78,7 +78,7 @@ def test_differences_are_found_exactly_while_a_writer_runs(
         writer(database, "items", first=100, last=2999, new_from=10_000) as written,
         looping(cdc) as loop,
     ):
-        wait_for("the writer's first transactions", lambda: len(written) > 5)
+        wait_for("the writer's first transactions", lambda: written.done > 5)
         ti = RecordingTI()
         result = _operator(pipeline, replica_conn_id).execute({"ti": ti})  # type: ignore[arg-type]
         assert [(t["table"], t["status"]) for t in result["tables"]] == [
@@ -124,7 +124,7 @@ def test_differences_are_found_exactly_while_a_writer_runs(
             repaired = _operator(pipeline, replica_conn_id).execute({"ti": RecordingTI()})  # type: ignore[arg-type]
             assert [t["status"] for t in repaired["tables"]] == ["equal", "equal"], repaired
         runs_during = loop.runs
-    assert len(written) > 10 and runs_during > 1
+    assert written.done > 10 and runs_during > 1
 
 
 def test_the_servers_key_text_is_the_one_left_out_keys_are_written_in(database: Database) -> None:

@@ -18,6 +18,10 @@ from airflow_provider_pgsync.hooks.lake_metastore import metastore_passwords, re
 from airflow_provider_pgsync.hooks.spark_submit import driver_environment
 from tests.conftest import REPO, Database, MakeReplica
 
+# the subject is Spark sessions of their own, each a new metastore's first user:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 SESSION = Path(__file__).with_name("metastore_session.py")
 
 

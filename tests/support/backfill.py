@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
@@ -16,6 +15,7 @@ from airflow_provider_pgsync.state.model import Ready
 from tests.capture.conftest import MakePipeline, Pipeline
 from tests.conftest import Database, MakeReplica
 from tests.support.replica import empty_capture_baseline, rows
+from tests.support.writer import Writes, concurrent_writer
 
 TABLE = "public.items"
 
@@ -63,49 +63,26 @@ def backfill_keys(
     ).execute({"ti": None})  # type: ignore[typeddict-item]
 
 
-class Writer:
-    """A thread writing to the source until stopped: inserts, updates and deletes of other rows,
-    and updates of row ``touched`` (one of the keys a backfill re-sends)."""
+@contextmanager
+def writer(database: Database, touched: int) -> Iterator[Writes]:
+    """The concurrent writer of ``items``, one statement per transaction in turn: an insert, an
+    update and a delete of other rows, and an update of row ``touched`` (one of the keys a
+    backfill re-sends)."""
+    rng = random.Random(20)
 
-    def __init__(self, database: Database, touched: int) -> None:
-        self.database = database
-        self.touched = touched
-        self.stop = threading.Event()
-        self.writes = 0
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
+    def transaction(conn: Any, n: int) -> None:
+        step = n % 4
+        if step == 0:
+            conn.execute("INSERT INTO items (id, name, n) VALUES (%s, 'new', 0)", (5000 + n,))
+        elif step == 1:
+            conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (rng.randint(30, 100),))
+        elif step == 2:
+            conn.execute("DELETE FROM items WHERE id = %s", (rng.randint(60, 100),))
+        else:
+            conn.execute("UPDATE items SET n = n + 1, name = 'writer' WHERE id = %s", (touched,))
 
-    def _run(self) -> None:
-        rng = random.Random(20)
-        next_id = 5000
-        try:
-            with psycopg.connect(self.database.conninfo, autocommit=True) as conn:
-                while not self.stop.is_set():
-                    step = self.writes % 4
-                    if step == 0:
-                        conn.execute("INSERT INTO items (id, name, n) VALUES (%s, 'new', 0)", (next_id,))
-                        next_id += 1
-                    elif step == 1:
-                        conn.execute("UPDATE items SET n = n + 1 WHERE id = %s", (rng.randint(30, 100),))
-                    elif step == 2:
-                        conn.execute("DELETE FROM items WHERE id = %s", (rng.randint(60, 100),))
-                    else:
-                        conn.execute(
-                            "UPDATE items SET n = n + 1, name = 'writer' WHERE id = %s", (self.touched,)
-                        )
-                    self.writes += 1
-        except BaseException as exc:
-            self.error = exc
-
-    def __enter__(self) -> Writer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=30)
-        assert not self.thread.is_alive(), "the writer did not stop"
-        assert self.error is None, f"the writer failed: {self.error!r}"
+    with concurrent_writer(database, transaction, first=-1, interval=0, skip_deadlocks=False) as writes:
+        yield writes
 
 
 @pytest.fixture

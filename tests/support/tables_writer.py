@@ -1,4 +1,4 @@
-"""A writer of several tables that come and go (test-only)."""
+"""A workload of several tables that come and go, for the concurrent writer (test-only)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,23 @@ import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg import sql
 
 from airflow_provider_pgsync.source.names import TableRef
 from tests.conftest import Database
+from tests.support.writer import Writes, concurrent_writer
 
 
-@dataclass
-class Writer:
-    """A thread committing an insert, an update and a delete per transaction on one of ``tables``
-    (chosen at random under ``lock``, so a table taken out is never written again)."""
+class Tables:
+    """An insert, an update and a delete per transaction on one of ``tables``, chosen at random
+    under ``lock`` (which the writer holds until the commit), so that a table taken out is never
+    written again."""
 
-    tables: list[str]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    done: int = 0
-    errors: list[Exception] = field(default_factory=list)
+    def __init__(self, tables: list[str], seed: int) -> None:
+        self.tables, self.lock, self._rng = list(tables), threading.Lock(), random.Random(seed)
+        self.writes = Writes()
 
     def stop_writing(self, table: str) -> None:
         with self.lock:  # no transaction of the writer is open on it after this
@@ -33,40 +32,23 @@ class Writer:
         with self.lock:
             self.tables.append(table)
 
+    def __call__(self, conn: Any, new: int) -> bool:
+        if not self.tables:
+            return False
+        table = TableRef.parse(self._rng.choice(self.tables)).identifier
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w')").format(table), (new,))
+        update = sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(table)
+        conn.execute(update, (self._rng.randint(1, 100),))
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(table), (new - 3,))
+        return True
+
 
 @contextmanager
-def writer(database: Database, tables: list[str], seed: int) -> Iterator[Writer]:
-    state, stop, rng = Writer(list(tables)), threading.Event(), random.Random(seed)
-
-    def run() -> None:
-        next_id = 10_000_000 * seed  # ids of its own
-        with database.connect() as conn:
-            while not stop.wait(0.005):
-                with state.lock:
-                    if not state.tables:
-                        continue
-                    next_id += 1
-                    try:
-                        _transaction(conn, TableRef.parse(rng.choice(state.tables)), next_id, rng)
-                        state.done += 1
-                    except Exception as exc:
-                        state.errors.append(exc)
-                        return
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield state
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-    assert not state.errors, state.errors
-    assert state.done > 0, "the writer committed nothing: the test proves nothing"
-
-
-def _transaction(conn: Any, table: TableRef, new_id: int, rng: random.Random) -> None:
-    with conn.transaction():
-        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'w')").format(table.identifier), (new_id,))
-        update = sql.SQL("UPDATE {} SET v = v || '+' WHERE id = %s").format(table.identifier)
-        conn.execute(update, (rng.randint(1, 100),))
-        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(table.identifier), (new_id - 3,))
+def writer(database: Database, tables: list[str], seed: int) -> Iterator[Tables]:
+    """The concurrent writer of ``tables`` (``Tables``: take a table out or add one meanwhile)."""
+    workload = Tables(tables, seed)
+    with concurrent_writer(
+        database, workload, first=10_000_000 * seed, skip_deadlocks=False, guard=workload.lock
+    ) as writes:
+        workload.writes = writes
+        yield workload
