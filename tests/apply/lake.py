@@ -21,7 +21,7 @@ from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.source.names import TableRef
 from tests.capture.conftest import Pipeline
 from tests.conftest import Database
-from tests.support import resident_spark
+from tests.support import resident_driver, resident_spark
 from tests.support.replica import apply_into, column_names
 
 SESSION = Path(__file__).with_name("lake_session.py")
@@ -92,7 +92,10 @@ def lake_session(lake: Path, steps: list[dict[str, Any]]) -> list[Any]:
 
 def run_session(script: Path, args: list[str], timeout: float) -> Any:
     """Run a Spark session ``script`` as a process of its own, as the jobs run; the JSON it
-    printed last after ``RESULT``."""
+    printed last after ``RESULT``. A script of ``tests/spark/`` with the lake as its one
+    argument runs in the worker's resident driver when the test uses it."""
+    if resident_spark.current is not None and script.stem in resident_driver.SESSIONS and len(args) == 1:
+        return resident_spark.current.session(script, Path(args[0]))
     # the scripts import the tests' own helpers (``tests.spark.lake_spark``)
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, **driver_environment(), "PYTHONPATH": path}

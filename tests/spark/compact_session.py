@@ -1,8 +1,8 @@
-"""Test helper, run as a process of its own (the embedded Derby metastore is one process's): lake
-tables built by hand in one Spark session (bases staged and published as a baseline does, lake
-segments written as apply writes them), compacted step by step; prints on its last line, as
-JSON, per step: the view's rows before and after the compaction, the model's rows, the
-compaction's result and the base version's files with their inode and mtime."""
+"""Test helper, run as a process of its own (the embedded Derby metastore is one process's) or in the
+worker's resident driver (``run``): lake tables built by hand in one Spark session (bases staged and
+published as a baseline does, lake segments written as apply writes them), compacted step by step; prints
+on its last line, as JSON, per step: the view's rows before and after the compaction, the model's rows,
+the compaction's result and the base version's files with their inode and mtime."""
 
 from __future__ import annotations
 
@@ -115,9 +115,8 @@ def model_rows(model: dict[int, str]) -> list[list[Any]]:
     return [[k, v] for k, v in sorted(model.items())]
 
 
-def main(warehouse: str) -> None:
-    lake = LakeDestination.from_config({"warehouse": warehouse})
-    spark = lake_test_session(lake, "pgsync compaction test")
+def run(spark: SparkSession, lake: LakeDestination) -> Any:
+    """The steps in ``spark`` on ``lake``; what they saw."""
     steps: list[dict[str, Any]] = []
     at = Lake(spark, lake)
     names = ["id", "v"]
@@ -200,6 +199,13 @@ def main(warehouse: str) -> None:
         # 8: nothing new: nothing changes
         step("again", KEYLESS, [[1, "a"], [2, "b"], [2, "b"], [4, "d"]])
     steps.append({"step": "hash", "mismatches": hash_mismatches(spark)})
+    return steps
+
+
+def main(warehouse: str) -> None:
+    lake = LakeDestination.from_config({"warehouse": warehouse})
+    spark = lake_test_session(lake, "pgsync compaction test")
+    steps = run(spark, lake)
     spark.stop()
     print("RESULT " + json.dumps(steps, default=str))
 

@@ -9,13 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.apply.lake import run_session
-
-# the subject is a Spark session of its own on a Derby metastore:
-# not the worker's resident driver (tests/support/resident_spark.py)
-pytestmark = pytest.mark.spark_submit
 
 SESSION = Path(__file__).with_name("compact_session.py")
 

@@ -12,8 +12,8 @@ import pytest
 
 from tests.apply.lake import run_session
 
-# the subject is Spark sessions of its own on a Derby metastore:
-# not the worker's resident driver (tests/support/resident_spark.py)
+# the subject is the swap with an embedded Derby metastore that this process holds alone (the
+# catalog's early start): not the worker's resident driver (tests/support/resident_spark.py)
 pytestmark = pytest.mark.spark_submit
 
 SESSION = Path(__file__).with_name("swap_session.py")

@@ -11,7 +11,8 @@ catalog cache, the shared catalog and SparkContext):
 - ``{"job": <file of the job>, "args": [...], "env": {...}, "conf": {...}}``: a pgsync job
   (``baseline_job.py``, ``compact_job.py``, ``reconcile_job.py``) as spark-submit would run it,
   through its ``main(argv, spark)``; the answer has its exit code and log lines;
-- ``{"steps": [...], "lake": {...}}``: a test's look at a lake (``tests/support/lake_steps.py``).
+- ``{"steps": [...], "lake": {...}}``: a test's look at a lake (``tests/support/lake_steps.py``);
+- ``{"session": <script>, "lake": {...}}``: a session script of ``tests/spark/`` (``SESSIONS``).
 
 Every lake a request names is kept in this driver's metastore: its settings are rewritten to
 ``metastore: postgres`` on that metastore (warehouse and database as they were). Each request
@@ -26,7 +27,6 @@ import importlib
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 import traceback
@@ -47,6 +47,8 @@ from tests.support.lake_steps import run_steps
 KEY_VARIABLE = "PGSYNC_TEST_RESIDENT_KEY"
 """The socket's authentication key (hex), given in the environment."""
 JOBS = ("baseline_job", "compact_job", "reconcile_job")
+SESSIONS = ("compact_session",)
+"""The tests' session scripts (``tests/spark/``) that run here through their ``run(spark, lake)``."""
 _LOG4J = Path(__file__).resolve().parents[2] / "airflow_provider_pgsync" / "spark" / "log4j2.properties"
 
 
@@ -76,8 +78,8 @@ class ResidentDriver:
         self.spark.sparkContext.setLogLevel("ERROR")
         open_metastore(self.spark, lake)
         self.test = ""
+        self._lines: list[str] = []  # the password file lines of the test's jobs
         self._lock = threading.Lock()  # the catalog's test, the passwords in use
-        self.requests = 0
 
     def _metastore(self) -> dict[str, str]:
         return {"metastore": "postgres", **self.metastore}
@@ -96,17 +98,23 @@ class ResidentDriver:
                 if database.name != "default":
                     self.spark.sql(f"DROP DATABASE IF EXISTS `{database.name}` CASCADE")
             self.spark.catalog.clearCache()
-            self.test = test
+            self.test, self._lines = test, []
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         self.for_test(str(request["test"]))
-        self.requests += 1
         spark = self.spark.newSession()
+        if "job" in request:
+            return self.job(spark, request)
+        lake = LakeDestination.from_config(self.kept_here(request["lake"]))
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
         if "steps" in request:
-            lake = LakeDestination.from_config(self.kept_here(request["lake"]))
-            spark.conf.set("spark.sql.session.timeZone", "UTC")
             return {"results": json.loads(json.dumps(run_steps(spark, lake, request["steps"]), default=str))}
-        return self.job(spark, request)
+        if request["session"] not in SESSIONS:
+            raise ValueError(
+                f"the resident driver runs the session scripts {SESSIONS}, not {request['session']!r}"
+            )
+        script = importlib.import_module(f"tests.spark.{request['session']}")
+        return {"results": json.loads(json.dumps(script.run(spark, lake), default=str))}
 
     def job(self, spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         """A job as spark-submit runs it: its spec's lakes kept here, its passwords found."""
@@ -127,7 +135,8 @@ class ResidentDriver:
             if spark.conf.isModifiable(key):
                 spark.conf.set(key, str(value))
         module = importlib.import_module(f"airflow_provider_pgsync.spark.{name}")
-        with self._passwords(dict(request.get("env", {}))), _log_lines(module.LOG_PREFIX) as lines:
+        self._passwords(dict(request.get("env", {})))
+        with _log_lines(module.LOG_PREFIX) as lines:
             try:
                 code = int(module.main(args, spark=spark))
             except Exception:
@@ -135,21 +144,22 @@ class ResidentDriver:
                 code = 1
         return {"code": code, "log": lines}
 
-    @contextlib.contextmanager
-    def _passwords(self, env: dict[str, str]) -> Iterator[None]:
-        """The job's password file (``PGPASSFILE`` of its environment) with the metastore's line,
-        where the job and its tasks look for it (``PGPASSFILE``, Spark's copy of shipped files)."""
+    def _passwords(self, env: dict[str, str]) -> None:
+        """The password file of the test's jobs so far (``PGPASSFILE`` of each job's environment;
+        the latest job's lines first) with the metastore's line, where a job and its tasks look
+        for it (``PGPASSFILE``, Spark's copy of shipped files). Concurrent jobs of a test see
+        each other's lines, never a file half written."""
         with self._lock:
-            lines = Path(self.passfile).read_text()
             given = env.get("PGPASSFILE", "")
-            if given and Path(given).is_file():
-                lines = Path(given).read_text() + lines
-            merged = self.work / f"passfile-{self.requests}"
-            merged.write_text(lines)
-            merged.chmod(0o600)
-            shutil.copyfile(merged, Path(SparkFiles.getRootDirectory(), PASSFILE_NAME))
-            os.environ["PGPASSFILE"] = str(merged)
-        yield
+            lines = Path(given).read_text().splitlines() if given and Path(given).is_file() else []
+            self._lines = list(dict.fromkeys([*lines, *self._lines]))
+            text = "\n".join([*self._lines, *Path(self.passfile).read_text().splitlines()]) + "\n"
+            for path in (self.work / "passfile", Path(SparkFiles.getRootDirectory(), PASSFILE_NAME)):
+                written = path.with_name(f".{path.name}.new")
+                written.write_text(text)
+                written.chmod(0o600)
+                written.replace(path)
+            os.environ["PGPASSFILE"] = str(self.work / "passfile")
 
 
 @contextlib.contextmanager

@@ -98,6 +98,11 @@ class ResidentSpark:
                 f"Error code is: {answer['code']}."
             )
 
+    def session(self, script: Path, warehouse: Path) -> Any:
+        """What the session script ``script`` (of ``tests/spark/``) saw on the lake."""
+        self.jobs += 1
+        return self.ask({"session": script.stem, "lake": {"warehouse": str(warehouse)}})["results"]
+
     def steps(self, warehouse: Path, steps: list[dict[str, Any]]) -> list[Any]:
         """The results of a lake session's ``steps`` (``tests/support/lake_steps.py``)."""
         if self.submitted:
