@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from airflow_provider_pgsync.destinations.lake import LakeDestination
 from airflow_provider_pgsync.typemap.spark import ColumnRead
 
 
@@ -66,6 +67,10 @@ class BaselineJobSpec:
     def session_init(self) -> str:
         """The session statements as one (JDBC's ``sessionInitStatement``)."""
         return "; ".join(self.session)
+
+    def lakes(self) -> list[LakeDestination]:
+        """The lake destinations among ``destinations``."""
+        return [LakeDestination.from_config(d) for d in self.destinations if d.get("kind", "lake") == "lake"]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

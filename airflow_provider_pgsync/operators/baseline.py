@@ -546,8 +546,7 @@ class PgBaselineOperator(BaseOperator):
             else (JDBC_DRIVER_JAR if Path(JDBC_DRIVER_JAR).exists() else None)
         )
         spec_path, result_path = work / "spec.json", work / "result.json"
-        lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
-        options = with_driver_class_path(lakes, {"driver_memory": "2g", **self.spark_submit_options})
+        options = with_driver_class_path(spec.lakes(), {"driver_memory": "2g", **self.spark_submit_options})
         submit = BaselineSubmitHook(
             conn_id=self.spark_conn_id,
             conf=conf,
@@ -591,8 +590,7 @@ class PgBaselineOperator(BaseOperator):
         metastores, for their conninfos."""
         password = PgReplicationHook(postgres_conn_id=self.postgres_conn_id).connection.password
         entries = [pass_entry(spec.conninfo, password)] if password else []
-        lakes = [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
-        return entries + self._replicas.pass_entries() + metastore_passwords(lakes)
+        return entries + self._replicas.pass_entries() + metastore_passwords(spec.lakes())
 
     # ---- custom destinations (Destination.load_baseline)
 

@@ -31,7 +31,7 @@ from airflow_provider_pgsync.baseline.partitions import ctid_predicates, leaf_pr
 from airflow_provider_pgsync.baseline.passfile import JDBC_PASSFILE_PROPERTY
 from airflow_provider_pgsync.baseline.pg_copy import Sink, partition_sql, staged_rows
 from airflow_provider_pgsync.baseline.spec import BaselineJobSpec, BaselineResult, summary
-from airflow_provider_pgsync.destinations.lake import LakeDestination, lake_name
+from airflow_provider_pgsync.destinations.lake import lake_name
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.spark.baseline_tasks import ArrowCopy, Passfile, PostgresCopy, with_passfile
 from airflow_provider_pgsync.spark.convert import convert
@@ -57,21 +57,17 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     args = parser.parse_args(argv)
     spec = BaselineJobSpec.from_json(Path(args.spec).read_text())
     started = time.monotonic()
-    conf = {k: v for lake in lakes_of(spec) for k, v in lake.spark_conf().items()}
+    conf = {k: v for lake in spec.lakes() for k, v in lake.spark_conf().items()}
     with job_session(spark, f"pgsync baseline {spec.table}", conf, LOG_PREFIX) as session:
         result = run(session, spec, started=started)
     Path(args.result).write_text(result.to_json())
     return 0 if result.ok else 1
 
 
-def lakes_of(spec: BaselineJobSpec) -> list[LakeDestination]:
-    return [LakeDestination.from_config(d) for d in spec.destinations if d.get("kind", "lake") == "lake"]
-
-
 def run(spark: SparkSession, spec: BaselineJobSpec, *, started: float) -> BaselineResult:
     """The baseline of ``spec`` in ``spark`` (``started``: when the job began, for the session's
     time in the result)."""
-    lakes = lakes_of(spec)
+    lakes = spec.lakes()
     use_passfile(spark, passfile(spec))
     for lake in lakes:
         open_metastore(spark, lake)

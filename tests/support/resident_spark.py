@@ -100,11 +100,15 @@ class ResidentSpark:
 
     def session(self, script: Path, warehouse: Path) -> Any:
         """What the session script ``script`` (of ``tests/spark/``) saw on the lake."""
-        self.jobs += 1
-        return self.ask({"session": script.stem, "lake": {"warehouse": str(warehouse)}})["results"]
+        return self._look({"session": script.stem, "lake": {"warehouse": str(warehouse)}})
 
     def steps(self, warehouse: Path, steps: list[dict[str, Any]]) -> list[Any]:
         """The results of a lake session's ``steps`` (``tests/support/lake_steps.py``)."""
+        results: list[Any] = self._look({"steps": steps, "lake": {"warehouse": str(warehouse)}})
+        return results
+
+    def _look(self, request: dict[str, Any]) -> Any:
+        """The results of a look at a lake whose jobs all ran here."""
         if self.submitted:
             raise RuntimeError(
                 f"{self.test} submitted a job with spark-submit (not on a local master, or with a lake "
@@ -112,8 +116,7 @@ class ResidentSpark:
                 "catalog does not have what that job wrote: mark the test spark_submit"
             )
         self.jobs += 1
-        results: list[Any] = self.ask({"steps": steps, "lake": {"warehouse": str(warehouse)}})["results"]
-        return results
+        return self.ask(request)["results"]
 
 
 @pytest.fixture(scope="session")
