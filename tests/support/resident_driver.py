@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from multiprocessing.connection import Listener
@@ -183,6 +184,7 @@ def _log_lines(prefix: str) -> Iterator[list[str]]:
 
 
 def serve(config: dict[str, Any]) -> None:
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     driver = ResidentDriver(config)
     with Listener(
         str(config["socket"]), family="AF_UNIX", authkey=bytes.fromhex(os.environ[KEY_VARIABLE])
@@ -190,6 +192,14 @@ def serve(config: dict[str, Any]) -> None:
         while True:
             conn = server.accept()
             threading.Thread(target=_answer, args=(driver, conn), daemon=True).start()
+
+
+def _exit_with(worker: int) -> None:
+    """End this driver, its JVM with it, once the pytest worker that started it is gone (killed
+    without its fixtures' teardown)."""
+    while os.getppid() == worker:
+        time.sleep(1.0)  # watching for the parent's exit, not synchronising a test
+    os._exit(0)
 
 
 def _answer(driver: ResidentDriver, conn: Any) -> None:
