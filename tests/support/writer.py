@@ -66,7 +66,12 @@ def concurrent_writer(
 
     def run() -> None:
         n = first
-        with database.connect() as conn:
+        try:
+            conn = database.connect()
+        except Exception as exc:
+            writes.errors.append(exc)
+            return
+        with conn:
             while not stop.wait(interval):
                 n += 1
                 wrote: bool | None = False  # stays so when the workload rolls back
