@@ -80,11 +80,12 @@ def base_options() -> str:
     the resident drivers, ``tests/support/resident_spark.py``, which are counted apart)."""
     if _base_options is not None:
         return _base_options
-    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if not w.startswith("-Xlog:gc+init"))
+    ours = _LOG_OPTION.split("=", 1)[0]
+    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if not w.startswith(ours))
 
 
 def resident(jobs: int) -> None:
-    """Record a resident driver of this worker and the jobs it ran (``RESIDENT``)."""
+    """Record a resident driver of this worker and the jobs it ran (``finish`` counts them)."""
     named = os.environ.get(RUN_VARIABLE)
     if named and Path(named).is_dir():
         (Path(named) / f"resident-{os.getpid()}.json").write_text(json.dumps({"jobs": jobs}))

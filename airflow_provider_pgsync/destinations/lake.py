@@ -152,7 +152,12 @@ class LakeDestination:
         (its own warehouse decides)."""
         if self.metastore == "external":
             return None
-        return f"{self.warehouse.rstrip('/')}/warehouse/{self.database}.db"
+        return f"{self.catalog_warehouse}/{self.database}.db"
+
+    @property
+    def catalog_warehouse(self) -> str:
+        """The catalog's own folder of the warehouse, ``<warehouse>/warehouse``."""
+        return f"{self.warehouse.rstrip('/')}/warehouse"
 
     def spark_conf(self) -> dict[str, str]:
         """Spark settings the catalog needs (set when the job's session starts)."""
@@ -165,7 +170,7 @@ class LakeDestination:
                 f"jdbc:derby:;databaseName={local}/metastore_db;create=true"
             )
         elif self.metastore == "postgres":
-            conf["spark.sql.warehouse.dir"] = f"{self.warehouse.rstrip('/')}/warehouse"
+            conf["spark.sql.warehouse.dir"] = self.catalog_warehouse
             # no process creates the schema on the fly (concurrent sessions deadlock doing so):
             # the job makes it once, under a lock (spark/metastore_postgres.py), and Hive checks it
             conf["spark.hadoop.datanucleus.schema.autoCreateAll"] = "false"

@@ -163,22 +163,27 @@ class ResidentDriver:
             os.environ["PGPASSFILE"] = str(self.work / "passfile")
 
 
+class _Lines(logging.Handler):
+    """Keeps the lines it is given, formatted."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
 @contextlib.contextmanager
 def _log_lines(prefix: str) -> Iterator[list[str]]:
     """The job's log lines (``pgsync.spark``), as its ``main`` prints them in a driver of its own."""
-    lines: list[str] = []
-
-    class _Lines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(self.format(record))
-
-    handler = _Lines()
-    handler.setFormatter(logging.Formatter(f"{prefix}: %(message)s"))
+    handler = _Lines(prefix)
     logger = logging.getLogger("pgsync.spark")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        yield lines
+        yield handler.lines
     finally:
         logger.removeHandler(handler)
 
