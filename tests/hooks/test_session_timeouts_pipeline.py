@@ -23,6 +23,10 @@ from tests.conftest import Database
 from tests.hooks.low_timeouts import LowTimeouts, low_timeouts_fixture, unlimited  # noqa: F401
 from tests.support.replica import rows
 
+# the subject is every session of the pipeline, the Spark job's own driver and executors included:
+# not the worker's resident driver (tests/support/resident_spark.py)
+pytestmark = pytest.mark.spark_submit
+
 DDL = ["CREATE TABLE items (id bigint PRIMARY KEY, name text, n numeric, at timestamptz)"]
 LOAD = """INSERT INTO items SELECT g, 'name ' || g, g / 7.0, '2024-01-01 00:00+00'::timestamptz
     + g * interval '1 minute' FROM generate_series(%s::bigint, %s::bigint) g"""
