@@ -9,6 +9,7 @@ API, as a user triggers one in the UI) and every task runs in a LocalExecutor pr
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import psycopg
 import pytest
 from deployment import Deployment, DeploymentError
 
-from pgcluster import Cluster
+from pgcluster import Cluster, default_base_dir, server_user
 from tests.conftest import REPO, free_port
 
 PIPELINE = "sched"
@@ -119,7 +120,7 @@ def scheduled(
 ) -> Iterator[Scheduled]:
     """The deployment with pipeline ``sched`` set up and baselined (cdc paused, tables SyncDone)."""
     root = tmp_path_factory.mktemp("deployment")
-    for name in ("sched_source", "sched_replica", "sched_airflow"):
+    for name in ("sched_source", "sched_replica"):
         pg_cluster.drop_database(name)
         pg_cluster.create_database(name)
     source, replica = pg_cluster.conninfo("sched_source"), pg_cluster.conninfo("sched_replica")
@@ -134,9 +135,13 @@ def scheduled(
     config.write_text(config_yaml(changelog, "'* * * * *'"))
     pauses = root / "pauses"
     pauses.mkdir()
+    # Airflow's metadata database in a cluster of its own: its writes (heartbeats, task states)
+    # are WAL that the pipeline's slot would retain, and the slot-lag sensor's test counts bytes
+    home = default_base_dir(server_user()) / f"test-pg-airflow-{os.getpid()}"
+    metadata = Cluster(root=home, port=free_port())
     deployment = Deployment(
         home=root / "airflow",
-        cluster=pg_cluster,
+        cluster=metadata,
         dags_folder=dags,
         port=free_port(),
         metadata_db="sched_airflow",
@@ -158,6 +163,7 @@ def scheduled(
         pytest.fail(str(exc))
     finally:
         deployment.stop()
+        metadata.destroy()
 
 
 def _set_up(found: Scheduled) -> None:

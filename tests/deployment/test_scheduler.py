@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.deployment.conftest import Scheduled
@@ -41,6 +42,13 @@ def test_sensors_defer_and_resume_and_a_scheduled_run_applies(scheduled: Schedul
     condition comes true: changes committed, the slot's lag grown, the table Ready after the
     first scheduled cdc run, which applies every change into the replica."""
     d = scheduled.deployment
+    with psycopg.connect(scheduled.source) as conn:
+        row = conn.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint"
+            " FROM pg_replication_slots WHERE slot_name = 'pgsync_sched'"
+        ).fetchone()
+    # slot_lag must wait for this test's changes: the source's cluster writes little WAL else
+    assert row is not None and row[0] < 500_000, f"the slot's lag before the test: {row}"
     run_id = d.trigger("pgsync_test_sensors")
     sensors = ("pending_changes", "slot_lag", "table_phase")
     scheduled.wait_for(

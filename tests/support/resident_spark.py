@@ -188,11 +188,15 @@ def _wait_ready(process: subprocess.Popen[bytes], socket: Path, log: Path) -> No
 
 @pytest.fixture(autouse=True)
 def _spark_in_resident_driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests marked ``spark`` (and not ``spark_submit``) use the worker's resident driver."""
+    """Tests marked ``spark`` (and not ``spark_submit``) use the worker's resident driver.
+
+    Tests of a deployment are left out: their jobs run in Airflow's task processes, and starting
+    the driver there would write its metastore's schema, WAL of the cluster their slots hold."""
     node = request.node
     if (
         node.get_closest_marker("spark") is None
         or node.get_closest_marker("spark_submit") is not None
+        or node.get_closest_marker("deployment") is not None
         or os.environ.get(MODE_VARIABLE) == "submit"
     ):
         return
