@@ -50,6 +50,13 @@ class PassEntry:
 def _field(value: str, what: str, entry: PassEntry) -> str:
     if "\n" in value or "\r" in value:
         raise ValueError(f"the {what} of {entry!r} has a line break: a password file cannot hold it")
+    # libpq and the JDBC driver agree on escaping only ``\\`` and ``:``: a literal ``*`` (the
+    # wildcard) or a line's leading ``#`` (a comment) has no form both of them read back
+    if value == "*" and what != "password":
+        raise ValueError(
+            f"the {what} of {entry!r} is '*', which a password file reads as any {what}; "
+            "rename it (or connect by another name for it)"
+        )
     return value.replace("\\", "\\\\").replace(":", "\\:")
 
 
@@ -68,6 +75,11 @@ def passfile_text(entries: Sequence[PassEntry]) -> str:
                     "make them agree (only one of them can be right)"
                 )
             continue
+        if entry.host.startswith("#"):
+            raise ValueError(
+                f"the host of {entry!r} begins with '#': a password file reads that line as a "
+                "comment; name the host without it"
+            )
         fields = (
             _field(entry.host, "host", entry) or "localhost",
             _field(entry.port, "port", entry) or "5432",

@@ -34,9 +34,10 @@ def test_fields_are_escaped_and_an_empty_user_matches_any() -> None:
 
 
 _FIELD = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), min_size=1)
+_NAME = _FIELD.filter(lambda name: name != "*")
 
 
-@given(host=_FIELD, dbname=_FIELD, user=_FIELD, password=_FIELD)
+@given(host=_NAME.filter(lambda host: not host.startswith("#")), dbname=_NAME, user=_NAME, password=_FIELD)
 def test_a_job_reads_back_the_password_written_for_its_target(
     host: str, dbname: str, user: str, password: str
 ) -> None:
@@ -47,6 +48,23 @@ def test_a_job_reads_back_the_password_written_for_its_target(
     assert password_for(text, host, "5433", dbname, user) is None
     anyone = passfile_text([PassEntry(host, "5432", dbname, "", password)])
     assert password_for(anyone, host, "5432", dbname, user) == password
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (PassEntry("#h", "5432", "d", "u", "p"), "begins with '#'"),  # the line would be a comment
+        (PassEntry("*", "5432", "d", "u", "p"), "the host .* is '\\*'"),  # a wildcard
+        (PassEntry("h", "5432", "*", "u", "p"), "the database .* is '\\*'"),
+        (PassEntry("h", "5432", "d", "*", "p"), "the user .* is '\\*'"),
+    ],
+)
+def test_a_target_no_reader_would_read_back_is_refused(entry: PassEntry, message: str) -> None:
+    """libpq and the JDBC driver escape only ``\\`` and ``:``: a leading ``#`` or a literal ``*``
+    has no form both read as written."""
+    with pytest.raises(ValueError, match=message):
+        passfile_text([entry])
+    assert passfile_text([PassEntry("h#", "5432", "d", "u", "*")]) == "h#:5432:d:u:*\n"
 
 
 def test_the_same_target_twice_must_agree() -> None:
