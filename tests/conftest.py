@@ -52,6 +52,7 @@ from tests import spark_starts, tiers  # noqa: E402
 pytest_plugins = [
     "tests.support.apply_lifecycle",
     "tests.support.backfill",
+    "tests.support.dag_test_polling",
     "tests.support.resident_spark",
     "tests.support.sqlite_destination",
 ]
