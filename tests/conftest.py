@@ -132,7 +132,7 @@ def session_pg_cluster() -> Iterator[Cluster]:
     """A private PostgreSQL cluster with wal_level=logical, for the whole session."""
     base = default_base_dir(server_user())
     _remove_stale_clusters(base)
-    cluster = Cluster(root=base / f"test-pg-{os.getpid()}", port=free_port())
+    cluster = Cluster(root=base / f"test-pg-{os.getpid()}", port=free_port(), quick_auth=True)
     try:
         cluster.start()
         yield cluster

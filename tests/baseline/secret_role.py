@@ -1,6 +1,6 @@
 """A login role with a distinctive password, for tests that look for the password where it must
-not be. The test cluster authenticates TCP connections with scram-sha-256 (``dev/pgcluster.py``),
-so every connection of this role proves the password reached it."""
+not be. The test cluster checks passwords over TCP (``dev/pgcluster.py``) and this role's is a
+SCRAM secret, so every connection of this role proves the password reached it (by scram-sha-256)."""
 
 from __future__ import annotations
 
