@@ -154,8 +154,8 @@ def scheduled(
             "PGSYNC_PAUSE_DIR": str(pauses),
         },
     )
-    deployment.start()
     try:
+        deployment.start()  # a start that fails leaves nothing running either
         found = Scheduled(deployment, source, replica, config, changelog, pauses)
         _set_up(found)
         yield found
