@@ -50,14 +50,29 @@ class PassEntry:
 def _field(value: str, what: str, entry: PassEntry) -> str:
     if "\n" in value or "\r" in value:
         raise ValueError(f"the {what} of {entry!r} has a line break: a password file cannot hold it")
-    # libpq and the JDBC driver agree on escaping only ``\\`` and ``:``: a literal ``*`` (the
-    # wildcard) or a line's leading ``#`` (a comment) has no form both of them read back
-    if value == "*" and what != "password":
-        raise ValueError(
-            f"the {what} of {entry!r} is '*', which a password file reads as any {what}; "
-            "rename it (or connect by another name for it)"
-        )
     return value.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def _check_target(entry: PassEntry) -> None:
+    """Refuse a target that no escape can write: libpq and the JDBC driver agree on escaping only
+    ``\\`` and ``:``, so a literal ``*`` (the wildcard) or a line's leading ``#`` (a comment) has
+    no form both of them read back."""
+    if entry.host.startswith("#"):
+        raise ValueError(
+            f"the host of {entry!r} begins with '#': a password file reads that line as a "
+            "comment; name the host without it"
+        )
+    for what, value in (
+        ("host", entry.host),
+        ("port", entry.port),
+        ("database", entry.dbname),
+        ("user", entry.user),
+    ):
+        if value == "*":
+            raise ValueError(
+                f"the {what} of {entry!r} is '*', which a password file reads as any {what}; "
+                "rename it (or connect by another name for it)"
+            )
 
 
 def passfile_text(entries: Sequence[PassEntry]) -> str:
@@ -75,11 +90,7 @@ def passfile_text(entries: Sequence[PassEntry]) -> str:
                     "make them agree (only one of them can be right)"
                 )
             continue
-        if entry.host.startswith("#"):
-            raise ValueError(
-                f"the host of {entry!r} begins with '#': a password file reads that line as a "
-                "comment; name the host without it"
-            )
+        _check_target(entry)
         fields = (
             _field(entry.host, "host", entry) or "localhost",
             _field(entry.port, "port", entry) or "5432",

@@ -53,6 +53,13 @@ SESSIONS = ("compact_session",)
 _LOG4J = Path(__file__).resolve().parents[2] / "airflow_provider_pgsync" / "spark" / "log4j2.properties"
 
 
+def spec_lakes(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lake settings in a job's spec (themselves, not copies): a baseline's lake
+    ``destinations``, a compaction's or reconciliation's ``destination``."""
+    lakes = [d for d in spec.get("destinations", []) if d.get("kind", "lake") == "lake"]
+    return lakes + ([spec["destination"]] if "destination" in spec else [])
+
+
 class ResidentDriver:
     """The session, the metastore every lake is kept in, and the test the catalog is for."""
 
@@ -125,12 +132,10 @@ class ResidentDriver:
         args = [str(a) for a in request["args"]]
         spec_path = Path(args[args.index("--spec") + 1])
         spec = json.loads(spec_path.read_text())
-        if "destinations" in spec:
-            spec["destinations"] = [
-                self.kept_here(d) if d.get("kind", "lake") == "lake" else d for d in spec["destinations"]
-            ]
-        if "destination" in spec:
-            spec["destination"] = self.kept_here(spec["destination"])
+        for lake in spec_lakes(spec):
+            kept = self.kept_here(lake)
+            lake.clear()
+            lake.update(kept)
         spec_path.write_text(json.dumps(spec))
         for key, value in dict(request.get("conf", {})).items():
             if spark.conf.isModifiable(key):

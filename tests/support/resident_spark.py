@@ -78,9 +78,7 @@ class ResidentSpark:
             return False  # the executors' environment is this driver's
         args = hook.application_args
         spec = json.loads(Path(args[args.index("--spec") + 1]).read_text())
-        lakes = [d for d in spec.get("destinations", []) if d.get("kind", "lake") == "lake"]
-        lakes += [spec["destination"]] if "destination" in spec else []
-        return all(d.get("metastore", "derby") == "derby" for d in lakes)
+        return all(d.get("metastore", "derby") == "derby" for d in resident_driver.spec_lakes(spec))
 
     def submit(self, hook: BaselineSubmitHook, application: str) -> None:
         """Run ``application`` (a pgsync job) as ``hook`` would submit it; its log lines in the
