@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_pgsync import __version__
+
 
 def get_provider_info() -> dict[str, Any]:
     """Provider metadata: the package, its hooks, operators, sensors, triggers and UI plugin."""
@@ -12,7 +14,7 @@ def get_provider_info() -> dict[str, Any]:
         "name": "pgsync",
         "description": "Change-data-capture from PostgreSQL logical replication into a lakehouse "
         "or another database, orchestrated by Airflow.",
-        "versions": ["0.1.0"],
+        "versions": [__version__],
         "integrations": [
             {
                 "integration-name": "pgsync",
