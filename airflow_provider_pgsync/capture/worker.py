@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from airflow_provider_pgsync.capture.columns import IGNORED, ColumnBatcher, TableVersion, columns_of
 from airflow_provider_pgsync.changelog.segments import Changelog
 from airflow_provider_pgsync.errors import PgSyncError
-from airflow_provider_pgsync.failpoints import EXIT_CODE, fail_point
+from airflow_provider_pgsync.failpoints import EXIT_CODE, arm, armed, fail_point
 from airflow_provider_pgsync.pgoutput import LogicalMessage, Relation, RelationColumn
 from airflow_provider_pgsync.source.ddl import (
     DDL_PREFIX,
@@ -352,7 +352,7 @@ class ProcessDecodeWriter:
                 env={**os.environ, **_MALLOC_TUNING},
             )
         self.conn = Connection(ours.detach())
-        self.conn.send((changelog_uri, state.to_json(), part_bytes, xid_reference, catalog))
+        self.conn.send((changelog_uri, state.to_json(), part_bytes, xid_reference, catalog, armed()))
         self.outbox: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue(maxsize=_IN_FLIGHT)
         self.send_error: BaseException | None = None
         self.sender = threading.Thread(target=self._send, name="pgsync-capture-sender", daemon=True)
@@ -425,7 +425,8 @@ def _worker_main(fd: int) -> None:
 
     try:
         _warm_up()  # while the server still decodes the peek
-        changelog_uri, state_json, part_bytes, xid_reference, catalog = conn.recv()
+        changelog_uri, state_json, part_bytes, xid_reference, catalog, fail_at = conn.recv()
+        arm(fail_at)  # a test armed it in its capture; None in production
         state = PipelineState.from_json(state_json)
         writer = DecodeWriter(changelog_uri, state, part_bytes, xid_reference=xid_reference, catalog=catalog)
         threading.Thread(target=receive, name="pgsync-capture-receiver", daemon=True).start()

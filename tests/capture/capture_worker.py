@@ -3,8 +3,8 @@
 The child side (``python -m tests.capture.capture_worker ...``) runs ``capture`` once
 with a PostgreSQL state store in the source database and prints one result line. It
 reads the source connection from an ``AIRFLOW_CONN_<ID>`` variable of its environment
-(never from its command line) and dies at ``PGSYNC_FAIL_POINT`` if that is set, with
-exit code 77 (``failpoints``).
+(never from its command line) and, given ``--fail-point``, arms that point in its process:
+it dies there with exit code 77 (``failpoints``).
 
 Besides the capture result it reports its memory in KiB: the resident set after the
 imports and the first connections (``VmRSS``), its peak at the end (``VmHWM``, and
@@ -65,13 +65,8 @@ def run_capture_process(
 
     ``settings`` are further integer CaptureSettings (e.g. ``worker_from_bytes``).
     """
-    from airflow_provider_pgsync.failpoints import ENV
-
     env = dict(os.environ)
-    env.pop(ENV, None)
     env[f"AIRFLOW_CONN_{conn_id.upper()}"] = conn_url
-    if fail_point is not None:
-        env[ENV] = fail_point
     env.update(extra_env or {})
     cmd = [
         sys.executable, "-m", "tests.capture.capture_worker",
@@ -84,6 +79,8 @@ def run_capture_process(
     ]  # fmt: skip
     for name, value in (settings or {}).items():
         cmd += ["--setting", f"{name}={value}"]
+    if fail_point is not None:
+        cmd += ["--fail-point", fail_point]
     done = subprocess.run(
         cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -115,13 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--changelog", required=True)
     parser.add_argument("--max-changes", type=int, required=True)
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=INT")
+    parser.add_argument("--fail-point")
     args = parser.parse_args(argv)
     more = {name: int(value) for name, value in (s.split("=", 1) for s in args.setting)}
 
+    from airflow_provider_pgsync import failpoints
     from airflow_provider_pgsync.capture.run import CaptureSettings, capture
     from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
     from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 
+    failpoints.arm(args.fail_point)
     hook = PgReplicationHook(postgres_conn_id=args.conn_id)
     store = PostgresStateStore(hook)
     store.load(args.pipeline)  # connection lookup, first connection, state table checked

@@ -8,7 +8,6 @@ reference ``PgOutputDecoder`` (``Begin.final_lsn`` of each transaction).
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -19,7 +18,6 @@ from psycopg import sql
 from airflow_provider_pgsync.capture.run import CaptureResult
 from airflow_provider_pgsync.changelog.metadata import change_of, columns_of
 from airflow_provider_pgsync.changelog.segments import Changelog
-from airflow_provider_pgsync.failpoints import ENV as FAIL_POINT_ENV
 from airflow_provider_pgsync.failpoints import EXIT_CODE
 from airflow_provider_pgsync.pgoutput import LSN, pg_timestamp
 from airflow_provider_pgsync.state.model import ColumnInfo, Init
@@ -222,11 +220,13 @@ def test_schema_changes_start_new_versions(database: Database, make_pipeline: Ma
 
 _CRASHING_CAPTURE = """
 import sys
+from airflow_provider_pgsync import failpoints
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 
 conn_id, pipeline, slot, publication, changelog = sys.argv[1:]
+failpoints.arm("after_state_write")
 hook = PgReplicationHook(postgres_conn_id=conn_id)
 settings = CaptureSettings(pipeline, slot, publication, changelog)
 capture(hook, PostgresStateStore(hook), settings)
@@ -252,7 +252,6 @@ def test_crash_between_state_save_and_advance_captures_nothing_twice(
             settings.publication_name,
             settings.changelog_uri,
         ],
-        env={**os.environ, FAIL_POINT_ENV: "after_state_write"},
         cwd=REPO,
         capture_output=True,
         text=True,

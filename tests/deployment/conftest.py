@@ -28,6 +28,8 @@ PIPELINE = "sched"
 SOURCE_CONN = "sched_source"
 REPLICA_CONN = "sched_replica"
 TABLES = ("public.items", "public.notes")
+SITE = Path(__file__).with_name("site")
+"""Holds the deployment's ``sitecustomize``: the pause points of its tasks."""
 
 SCHEMA = """
 CREATE TABLE items (id bigint PRIMARY KEY, qty int NOT NULL, pad text);
@@ -151,7 +153,9 @@ def scheduled(
             f"AIRFLOW_CONN_{REPLICA_CONN.upper()}": pg_cluster.url("sched_replica", with_password=True),
             "PGSYNC_TEST_SOURCE_CONN": SOURCE_CONN,
             "PGSYNC_TEST_PIPELINE": PIPELINE,
-            "PGSYNC_PAUSE_DIR": str(pauses),
+            # pause points, on in the deployment's processes by its sitecustomize only
+            "PGSYNC_TEST_PAUSE_DIR": str(pauses),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), os.environ.get("PYTHONPATH")])),
         },
     )
     try:
