@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import machine_settings
 from pgcluster import REPO, Cluster, default_base_dir, free_port, server_user
 
 BENCH = REPO / ".dev" / "bench"
@@ -69,6 +70,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--few-changes", type=int, default=1000, help="compact: changes of the few scenario")
     args = parser.parse_args(argv)
+    machine_settings.use()  # the quick JIT and the class archive, as in make demo and the tests
     if args.what == "freshness":
         from bench_freshness import CRON, EVENTS, bench_freshness
 

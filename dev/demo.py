@@ -31,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+import machine_settings
 from demo_console import QuietConsole
 from pgcluster import REPO, Cluster, dev_cluster
 
@@ -250,6 +251,7 @@ def main() -> int:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
     os.environ["PGSYNC_CONFIG"] = str(DEMO / "pgsync.yaml")
+    machine_settings.use()  # the quick JIT and the class archive for the demo's Spark drivers
     print(f"demo: one pipeline end to end (about 5 minutes); Airflow's and Spark's output goes to {LOG}")
     with QuietConsole(LOG) as console:
         code, verdict = run_demo(console)

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import machine_settings
 from pgcluster import REPO, Cluster, dev_cluster
 
 COMPONENTS = ("scheduler", "dag-processor", "triggerer", "api-server")
@@ -113,6 +114,7 @@ class Deployment:
             AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC="2",
             PYTHONUNBUFFERED="1",
         )
+        machine_settings.use(env)  # the quick JIT and the class archive for its Spark drivers
         env.update(self.env)
         return env
 

@@ -25,6 +25,7 @@ from psycopg import sql
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "dev"))
 
+import machine_settings  # noqa: E402
 from pgcluster import Cluster, default_base_dir, free_port, server_user  # noqa: E402
 
 # Airflow reads its home at import time: keep the tests' Airflow out of ~/airflow.
@@ -38,12 +39,12 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # The tests' Spark applications are short and read little data: in such JVMs the JIT's
 # optimising tier and the parallel collector cost more CPU than they save (measured on a
 # 2-core machine: a baseline test 70-77 s instead of 101-119 s). spark-submit passes this to
-# every driver JVM (spark-submit, pyspark sessions, spark-sql); in production the operators'
-# drivers that run here get the quick tier from BaselineSubmitHook, and the default collector.
+# every driver JVM (spark-submit, pyspark sessions, spark-sql). pgsync itself adds neither:
+# both are settings of the machine (dev/machine_settings.py), off in production.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-# The operators' own driver archive (hooks/spark_class_archive.py) gives way to the tests' one
-# below; should that be missing, it is kept inside the checkout, not in the home folder.
-os.environ.setdefault("PGSYNC_SPARK_CLASS_ARCHIVE_DIR", str(REPO / ".dev" / "spark-cds"))
+# The operators' own driver archive (hooks/spark_class_archive.py, off by default) is on here,
+# in the checkout, as in make demo; the tests' own archive (below) comes first.
+machine_settings.use()
 
 
 from tests import spark_starts, tiers  # noqa: E402

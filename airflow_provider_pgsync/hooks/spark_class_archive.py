@@ -7,7 +7,7 @@ the Hive catalog it does much of that while the job runs. The JVM's own dynamic 
 whose driver runs here has succeeded, a short driver of its own (``spark/class_archive_job.py``:
 the Hive catalog, Parquet, a view) writes the archive when it exits
 (``-XX:ArchiveClassesAtExit``), and every later job maps it (``-XX:SharedArchiveFile``). The
-figures are in the README ("The Spark drivers' class archive"): a baseline's and a compaction's
+figures are in DEVELOPMENT.md ("The Spark drivers' class archive"): a baseline's and a compaction's
 driver start about 2 s sooner and their catalog work beside the copy costs less.
 
 The archive is written by that separate driver, in the background (the job's task does not
@@ -15,12 +15,15 @@ wait for it), never by a job's own: a JVM that fails to write it (a full disk, a
 with an error, which would fail a job whose work is done. A failed write is marked beside the
 archive (``.failed``, its output in ``.log``) and tried again a day later.
 
+The archive is a setting of the machine, off by default: ``PGSYNC_SPARK_CLASS_ARCHIVE_DIR``
+names the folder that holds it and turns it on (``make demo``, ``make airflow``, the benches and
+the tests set it; ``off`` or nothing: off). It is off by default because its writer is a
+process that outlives the task that started it, which an Airflow worker does not expect.
 Only drivers that run here (local masters and client deploy mode) get it. The archive belongs
 to one JVM binary, Spark distribution and class path (its name is a digest of them); a JVM that
 finds it does not match runs as without it (``-Xshare:auto``, the default), its warning off.
 Jobs that set their own class-sharing options are left alone, and ``-Xshare:off`` in
-``spark.driver.extraJavaOptions`` turns it off; ``PGSYNC_SPARK_CLASS_ARCHIVE_DIR`` names the
-folder (default: ``$XDG_CACHE_HOME/pgsync`` or ``~/.cache/pgsync``), and ``off`` turns it off.
+``spark.driver.extraJavaOptions`` turns it off for a job.
 A folder whose path Spark would split (blanks, quotes, backslashes: Spark splits
 ``extraJavaOptions`` on blanks) gets no archive, and neither does a driver whose class path
 holds a folder with files in it (``SPARK_CONF_DIR`` or ``$SPARK_HOME/conf``, ``HADOOP_CONF_DIR``
@@ -129,14 +132,11 @@ class DriverArchive:
 
 
 def archive_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """Where the archives go; None: turned off."""
+    """Where the archives go; None: off (the default)."""
     named = environ.get(DIR_VARIABLE, "").strip()
-    if named.lower() == "off":
+    if not named or named.lower() == "off":
         return None
-    if named:
-        return Path(named)
-    cache = environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(cache) if cache else Path.home() / ".cache") / "pgsync"
+    return Path(named)
 
 
 def driver_archive(
@@ -148,11 +148,7 @@ def driver_archive(
     submit_options = env.get("SPARK_SUBMIT_OPTS", "")
     if any(o in java_options or o in submit_options for o in _OWN_OPTIONS):
         return None
-    try:
-        folder = archive_dir(env)
-    except (RuntimeError, KeyError) as exc:  # no home folder to find
-        log.info("no class archive for the Spark driver (%s): it starts without one", exc)
-        return None
+    folder = archive_dir(env)
     key = _key(env, driver_class_path)
     if folder is None or key is None:
         return None

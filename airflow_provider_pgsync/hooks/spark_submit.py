@@ -18,20 +18,6 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import archive_options, driver_archive, dump_command
 
 DEFAULT_MASTER = "local[*]"
-# A driver that runs here compiles with the JIT's quick tier (C1) alone: most of its work is
-# short-lived (the scheduler, the catalog's start, the swap), code for which the optimising
-# tier (C2) costs more CPU than it saves, CPU the jobs' Python workers and the source's server
-# share on the same cores. Measured in the README's "The drivers' JIT", with where C2 pays off
-# (a local master's JVM merging millions of rows in Spark SQL) and how a job asks for it.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-# options by which a job chooses its own JIT: it is left alone then
-_JIT_OPTIONS = (
-    "-XX:TieredStopAtLevel",
-    "-XX:+TieredCompilation",
-    "-XX:-TieredCompilation",
-    "-Xint",
-    "-Xcomp",
-)
 
 
 class BaselineSubmitHook(SparkSubmitHook):
@@ -138,8 +124,9 @@ class BaselineSubmitHook(SparkSubmitHook):
         """Submit as the provider does, with the umask 077: spark-submit and what it starts here
         (the driver, a local master's executors and Python workers, the embedded Derby metastore)
         create the job's files 0600 and folders 0700 (``changelog/private.py``). A driver that runs
-        here maps the class archive of the drivers before it, and when there is none yet, a short
-        driver writes it once the job has succeeded (``spark_class_archive``)."""
+        here maps the class archive of the drivers before it when the worker turned the archive on,
+        and when there is none yet, a short driver writes it once the job has succeeded
+        (``spark_class_archive``; off by default)."""
         umask = os.umask(PRIVATE_UMASK)
         try:
             return self._submit(application, **kwargs)
@@ -149,22 +136,19 @@ class BaselineSubmitHook(SparkSubmitHook):
     def _submit(self, application: str, **kwargs: Any) -> str | None:
         if self.cluster_mode:
             return super().submit(application, **kwargs)
-        conf, env_vars = self._conf, self._env_vars
-        env = {**os.environ, **{k: str(v) for k, v in (env_vars or {}).items()}}
+        conf = self._conf
+        env = {**os.environ, **self.job_env}
         class_path = self._driver_class_path or str(conf.get("spark.driver.extraClassPath", ""))
         archive = driver_archive(str(conf.get("spark.driver.extraJavaOptions", "")), env, class_path)
         try:
             self._conf = archive_options(conf, archive)
-            submit_options = None if self._is_yarn or self._is_kubernetes else quick_jit(env)
-            if submit_options is not None:  # the provider passes env_vars to spark-submit here
-                self._env_vars = {**(env_vars or {}), "SPARK_SUBMIT_OPTS": submit_options}
             result = super().submit(application, **kwargs)
         except BaseException:
             if archive is not None:
                 archive.release()
             raise
         finally:
-            self._conf, self._env_vars = conf, env_vars
+            self._conf = conf
         if archive is not None and archive.dump:  # the job succeeded: nothing here may fail it
             try:
                 archive.write(dump_command(self._get_spark_binary_path(), conf, archive, class_path), env)
@@ -180,17 +164,6 @@ class BaselineSubmitHook(SparkSubmitHook):
             if beside.exists():
                 return [str(beside)]
         return [binary]
-
-
-def quick_jit(env: dict[str, str]) -> str | None:
-    """``SPARK_SUBMIT_OPTS`` of ``env`` with the JIT's quick tier (``QUICK_JIT``) added, for a
-    driver that runs here; None when they choose a JIT already. spark-submit puts these options
-    before the job's ``spark.driver.extraJavaOptions`` (from its configuration, a properties
-    file or ``spark-defaults.conf``), so a ``-XX:TieredStopAtLevel=4`` there takes precedence."""
-    options = env.get("SPARK_SUBMIT_OPTS", "")
-    if any(word.startswith(_JIT_OPTIONS) for word in options.split()):
-        return None
-    return f"{options} {QUICK_JIT}".strip()
 
 
 def driver_environment() -> dict[str, str]:

@@ -1,5 +1,5 @@
 """One text per value: a row as the baseline wrote it equals the same row re-sent by capture,
-in the lake and in a PostgreSQL replica, for every type of DESIGN §6 and of the README's type
+in the lake and in a PostgreSQL replica, for every type of DESIGN §6 and of docs/destinations.md's type
 table (the ``all_types`` table of ``tests/baseline/test_baseline_types.py``: xml, ranges,
 composites with dates, timestamps, xml and jsonb fields, dates before the year 1 and after 9999).
 

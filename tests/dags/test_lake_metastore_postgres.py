@@ -1,8 +1,8 @@
 """The lake's catalog in a PostgreSQL database (``metastore: postgres``), with real PostgreSQL,
 Spark and Airflow: the first job creates the metastore's schema once, and a user's ``spark-sql``
-(the README's command) keeps querying a table's view while a compaction and a rebaseline of that
-table run. Every answer is the table's rows (the old version or the new, which hold the same
-rows here), never an error and never a part of them; nobody waits for the reader."""
+(docs/capture-and-baseline.md's command) keeps querying a table's view while a compaction and a
+rebaseline of that table run. Every answer is the table's rows (the old version or the new, which
+hold the same rows here), never an error and never a part of them; nobody waits for the reader."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ QUERY = (
 
 
 def _reader_properties(path: Path, lake: Path) -> Path:
-    """The reader's Spark settings as the README gives them, in a private properties file (the
-    password is in no command line)."""
+    """The reader's Spark settings as docs/capture-and-baseline.md gives them, in a private properties
+    file (the password is in no command line)."""
     conf = resolved(
         LakeDestination.from_config(
             {"warehouse": str(lake), "metastore": "postgres", "metastore_conn_id": "pgsync_metastore"}

@@ -141,12 +141,16 @@ def test_a_job_with_its_own_class_sharing_is_left_alone(
     assert not list(tmp_path.iterdir())
 
 
-def test_the_folder_can_be_named_or_turned_off(tmp_path: Path) -> None:
+def test_the_archive_is_off_unless_its_folder_is_named(tmp_path: Path) -> None:
     assert archive_dir({DIR_VARIABLE: "OFF"}) is None
     assert driver_archive("", _env(tmp_path, **{DIR_VARIABLE: "off"})) is None
     assert archive_dir({DIR_VARIABLE: str(tmp_path)}) == tmp_path
-    assert archive_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "pgsync"
-    assert archive_dir({}) == Path.home() / ".cache" / "pgsync"
+    # no default folder, in the cache or elsewhere: off in production
+    assert archive_dir({"XDG_CACHE_HOME": str(tmp_path), "HOME": str(tmp_path)}) is None
+    assert archive_dir({DIR_VARIABLE: " "}) is None
+    env = {k: v for k, v in _env(tmp_path).items() if k != DIR_VARIABLE}
+    assert driver_archive("", {**env, "XDG_CACHE_HOME": str(tmp_path)}) is None
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("name", ["a b", "it's", 'say "x"', "back\\slash"])

@@ -1,27 +1,25 @@
 """BaselineSubmitHook's choice of master and deploy mode: a standalone master (``spark://``) in
 client mode is submitted to as given; cluster mode there, which Spark refuses for Python
 applications only after starting spark-submit, is refused before, naming the connection and
-the remedy. A driver that runs here gets the JIT's quick tier unless the job chooses its own."""
+the remedy. A driver that runs here keeps the JVM's JIT unless the machine's settings or the job
+choose one, and by default leaves nothing behind its task."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+import machine_settings
 from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import DIR_VARIABLE
-from airflow_provider_pgsync.hooks.spark_submit import (
-    QUICK_JIT,
-    BaselineSubmitHook,
-    driver_environment,
-    quick_jit,
-)
+from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
 
 # the subject is spark-submit itself:
@@ -91,48 +89,71 @@ def _no_jit_options() -> str:
     return " ".join(w for w in options if not w.startswith("-XX:Tiered"))
 
 
+def _start_log_option() -> str:
+    """Of the tests' SPARK_SUBMIT_OPTS, only the option by which tests/spark_starts.py counts
+    the driver (no class archive, no JIT, no collector)."""
+    return " ".join(w for w in os.environ.get("SPARK_SUBMIT_OPTS", "").split() if w.startswith("-Xlog:gc"))
+
+
+def _processes_with(marker: str) -> list[int]:
+    """The live processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone, or not ours to read
+                pass
+    return found
+
+
 @pytest.mark.usefixtures("spark_drivers")
 @pytest.mark.parametrize(
-    ("conf", "level"),
-    [({}, "1"), ({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, "4")],
-    ids=["default", "the-job-s-own"],
+    ("quick_jit", "conf", "level"),
+    [
+        (False, {}, "4"),
+        (True, {}, "1"),
+        (True, {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, "4"),
+    ],
+    ids=["production", "machine-settings", "the-job-s-own"],
 )
-def test_a_driver_that_runs_here_compiles_with_the_quick_tier_unless_the_job_says_otherwise(
-    conf: dict[str, str], level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_driver_that_runs_here_keeps_the_jvm_s_jit_and_leaves_nothing_behind(
+    quick_jit: bool, conf: dict[str, str], level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """spark-submit through the hook on a local master, as the operators do: the driver JVM's
-    effective TieredStopAtLevel (read in the driver itself)."""
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", _no_jit_options())
+    effective TieredStopAtLevel (read in the driver itself) is the JVM's own unless the
+    machine's settings chose the quick tier (dev/machine_settings.py) and the job did not
+    choose again. Without those settings (production) the task writes nothing under the home
+    folder's cache and no process it started outlives it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv(DIR_VARIABLE, raising=False)
+    if quick_jit:
+        monkeypatch.setenv("SPARK_SUBMIT_OPTS", _no_jit_options())
+        machine_settings.use()
+    else:  # a production worker's: none of the tests' options but the log that counts the driver
+        monkeypatch.setenv("SPARK_SUBMIT_OPTS", _start_log_option())
+    marker = f"submit-{uuid.uuid4().hex}"
     app, out = tmp_path / "app.py", tmp_path / "level.txt"
     app.write_text(_JIT_APP)
     hook = BaselineSubmitHook(
         conf={"spark.ui.enabled": "false", **conf},
         application_args=[str(out)],
-        env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment()},
+        env_vars={"PYSPARK_PYTHON": sys.executable, **driver_environment(), "PGSYNC_TEST_MARKER": marker},
     )
     hook.submit(str(app))
     assert out.read_text() == level
-    assert hook._env_vars is not None and "SPARK_SUBMIT_OPTS" not in hook._env_vars, "restored after the job"
+    if not quick_jit:
+        assert not (home / ".cache").exists(), sorted(str(p) for p in (home / ".cache").rglob("*"))
+        assert _processes_with(f"PGSYNC_TEST_MARKER={marker}") == [], "a process of the job outlived it"
 
 
-@pytest.mark.parametrize(
-    ("options", "expected"),
-    [
-        ("", QUICK_JIT),
-        ("-Xmx1g -XX:SharedArchiveFile=/a.jsa", f"-Xmx1g -XX:SharedArchiveFile=/a.jsa {QUICK_JIT}"),
-        ("-XX:TieredStopAtLevel=4", None),
-        ("-Xmx1g -XX:-TieredCompilation", None),
-        ("-Xint", None),
-    ],
-)
-def test_submit_options_that_choose_a_jit_are_left_alone(options: str, expected: str | None) -> None:
-    assert quick_jit({"SPARK_SUBMIT_OPTS": options}) == expected
-    assert quick_jit({}) == QUICK_JIT
-
-
-def test_yarn_gets_no_submit_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The provider hands env_vars to the cluster on YARN (spark.yarn.appMasterEnv...), not to
-    the driver's JVM: the hook adds none there (nor on Kubernetes)."""
+def test_the_hook_adds_no_submit_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's JVM options are the machine's (``SPARK_SUBMIT_OPTS``) and the job's: the
+    hook adds none, on any master."""
     seen: list[dict[str, Any] | None] = []
     monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, *a, **k: seen.append(self._env_vars))
     monkeypatch.setenv(DIR_VARIABLE, "off")  # no class archive written after the fake job
@@ -140,4 +161,4 @@ def test_yarn_gets_no_submit_options(monkeypatch: pytest.MonkeyPatch) -> None:
         _connection(monkeypatch, "m", host=master)
         monkeypatch.setenv("SPARK_SUBMIT_OPTS", "")
         BaselineSubmitHook(conn_id="m", env_vars={"A": "b"}).submit("app.py")
-    assert seen == [{"A": "b"}, {"A": "b", "SPARK_SUBMIT_OPTS": QUICK_JIT}]
+    assert seen == [{"A": "b"}, {"A": "b"}]

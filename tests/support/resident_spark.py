@@ -7,7 +7,7 @@ spark-submit would get them) to that driver, and ``tests.apply.lake.lake_session
 The lakes' catalog is then the driver's PostgreSQL metastore (in the worker's test cluster).
 
 The real ``spark-submit`` path stays the subject of the tests marked ``spark_submit`` (the
-README's test section lists them: masters, the Derby metastore, password files, TLS, the
+DEVELOPMENT.md's test section lists them: masters, the Derby metastore, password files, TLS, the
 drivers' class archive, killed jobs). ``PGSYNC_TEST_SPARK=submit`` runs every test that way.
 """
 

@@ -1,5 +1,5 @@
-"""The README's table of lake names is what the lake destination gives those tables, and its
-one-line lookup runs as written."""
+"""The table of lake names in docs/destinations.md is what the lake destination gives those
+tables, and its one-line lookup runs as written."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 from airflow_provider_pgsync.destinations.lake import catalog_name
 from airflow_provider_pgsync.source.names import TableRef
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "destinations.md"
 
 
 def _section() -> str:
-    text = README.read_text()
-    start = text.index("### Table and column names in the destinations")
+    text = PAGE.read_text()
+    start = text.index("## Table and column names in the destinations")
     return text[start : text.index("\n## ", start)]
 
 
