@@ -15,7 +15,7 @@ from airflow_provider_pgsync.capture.health import slot_problem
 from airflow_provider_pgsync.destinations.configs import open_destination
 from airflow_provider_pgsync.errors import ConfigError, DestinationError, SlotError
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.followed import pipeline_name

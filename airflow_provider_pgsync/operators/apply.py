@@ -31,12 +31,12 @@ from airflow_provider_pgsync.hooks.connections import (
     source_and_state,
 )
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.phases import DataSync, Errored, Init, TablePhase
-from airflow_provider_pgsync.state.store import StateStore, update_state
+from airflow_provider_pgsync.state.store import StateStore, check_state_backend, update_state
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,7 @@ class PgApplyOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**with_retry_policy(kwargs))
-        if state_backend not in STATE_BACKENDS:
-            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        check_state_backend(state_backend)
         if not destinations:
             raise ConfigError("PgApplyOperator needs at least one destination")
         self.pipeline = pipeline

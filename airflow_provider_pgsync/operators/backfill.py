@@ -26,11 +26,11 @@ from airflow_provider_pgsync.destinations.lake_changes import LakeChanges
 from airflow_provider_pgsync.errors import BaselineError, ConfigError
 from airflow_provider_pgsync.hooks.catalog import column_infos, relation_oid
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.backfill_keys import key_backfill
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator, _lake
 from airflow_provider_pgsync.operators.baseline_destinations import ReplicaBackfills
-from airflow_provider_pgsync.operators.capture import open_state_store
 from airflow_provider_pgsync.source import row_condition as rc
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.source.publication import PublishedTable, published_table

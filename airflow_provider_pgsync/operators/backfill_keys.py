@@ -21,7 +21,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.catalog import column_infos
 from airflow_provider_pgsync.hooks.key_rows import key_rows
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.source.key_list import KeyList, key_names_of, read_keys
 from airflow_provider_pgsync.source.publication import published_table
 from airflow_provider_pgsync.state.model import Backfill

@@ -54,13 +54,13 @@ from airflow_provider_pgsync.hooks.lake_metastore import (
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.snapshot import BaselineSnapshot
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.hooks.targets import tls_note
 from airflow_provider_pgsync.operators.baseline_destinations import (
     ReplicaBaselines,
     check_custom,
     load_custom,
 )
-from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.pgoutput.lsn import LSN
 from airflow_provider_pgsync.source.names import TableRef
@@ -72,7 +72,7 @@ from airflow_provider_pgsync.state.model import (
     PipelineState,
     SyncDone,
 )
-from airflow_provider_pgsync.state.store import StateStore, update_state
+from airflow_provider_pgsync.state.store import StateStore, check_state_backend, update_state
 from airflow_provider_pgsync.typemap.spark import arrow_reads, spark_reads
 
 _SPARK_DIR = Path(__file__).resolve().parent.parent / "spark"
@@ -154,8 +154,7 @@ class PgBaselineOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**with_retry_policy(kwargs))
-        if state_backend not in STATE_BACKENDS:
-            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        check_state_backend(state_backend)
         if target_partition_mb <= 0:
             raise ConfigError(f"target_partition_mb must be positive, not {target_partition_mb}")
         self.pipeline = pipeline

@@ -9,31 +9,12 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_pgsync.capture.run import CaptureSettings, capture
-from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.connections import check_connections, source_and_state
-from airflow_provider_pgsync.hooks.postgres_state_store import PostgresStateStore
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.sessions import timeout_ms
-from airflow_provider_pgsync.state.store import StateStore
-
-STATE_BACKENDS = ("variables", "postgres")
-
-
-def open_state_store(
-    backend: str, source: PgReplicationHook, *, state_conn_id: str | None = None, schema: str = "pgsync"
-) -> StateStore:
-    """The pipeline state store: Airflow Variables (locked in the source) or a PostgreSQL table.
-
-    ``state_conn_id`` names the control database; the source database by default.
-    """
-    control = PgReplicationHook(postgres_conn_id=state_conn_id) if state_conn_id else source
-    if backend == "variables":
-        return VariableStateStore(lock=control)
-    if backend == "postgres":
-        return PostgresStateStore(control, schema=schema)
-    raise ConfigError(f"state backend {backend!r} is unknown; use one of {', '.join(STATE_BACKENDS)}")
+from airflow_provider_pgsync.state.store import check_state_backend
 
 
 class PgCaptureOperator(BaseOperator):
@@ -70,8 +51,7 @@ class PgCaptureOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**with_retry_policy(kwargs))
-        if state_backend not in STATE_BACKENDS:
-            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        check_state_backend(state_backend)
         self.pipeline = pipeline
         self.slot_name = slot_name
         self.publication_name = publication_name

@@ -20,7 +20,7 @@ from airflow_provider_pgsync.hooks.connections import (
 from airflow_provider_pgsync.hooks.lake_metastore import metastore_passwords, resolved, with_driver_class_path
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.followed import pipeline_name

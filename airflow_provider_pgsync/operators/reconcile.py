@@ -18,11 +18,12 @@ from airflow_provider_pgsync.hooks.connections import (
 )
 from airflow_provider_pgsync.hooks.reconcile_pg import open_source_snapshot
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import STATE_BACKENDS, open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.operators.reconcile_sides import Run, error_result, reconcile_postgres
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.reconcile.result import ReconcileResult, TableResult
 from airflow_provider_pgsync.state.model import table_key
+from airflow_provider_pgsync.state.store import check_state_backend
 
 REPAIRS = ("none", "backfill")
 RESULT_XCOM = "result"
@@ -72,8 +73,7 @@ class PgReconcileOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**with_retry_policy(kwargs))
-        if state_backend not in STATE_BACKENDS:
-            raise ConfigError(f"state_backend {state_backend!r} is unknown; use one of {STATE_BACKENDS}")
+        check_state_backend(state_backend)
         if not destinations:
             raise ConfigError("PgReconcileOperator needs at least one destination")
         if repair not in REPAIRS and "{{" not in str(repair):

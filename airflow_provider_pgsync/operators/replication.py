@@ -15,7 +15,7 @@ from airflow_provider_pgsync.errors import PgSyncError
 from airflow_provider_pgsync.hooks.connections import NeededConnection, check_connections, source_and_state
 from airflow_provider_pgsync.hooks.ddl_trigger import follow_partitions, install_ddl_trigger
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.operators.retry import with_retry_policy
 from airflow_provider_pgsync.source.names import validate_publication_name, validate_slot_name
 from airflow_provider_pgsync.source.publication import PublishedTable, published_tables

@@ -29,8 +29,8 @@ from airflow_provider_pgsync.pipeline.problems import (
 from airflow_provider_pgsync.pipeline.schedules import Schedules, schedule_problem
 from airflow_provider_pgsync.source.names import TableRef, check_identifier, shown
 from airflow_provider_pgsync.source.row_condition import GRAMMARS, check_expression
+from airflow_provider_pgsync.state.store import STATE_BACKENDS
 
-STATE_BACKENDS = ("variables", "postgres")
 COPY_PATHS = ("auto", "off")
 DEFAULT_RETENTION = timedelta(days=7)
 SUBMIT_OPTIONS: dict[str, type] = {

@@ -8,15 +8,12 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.sensors.base import PgSyncSensor
 from airflow_provider_pgsync.state.model import validate_pipeline_name
+from airflow_provider_pgsync.state.store import check_state_backend
 from airflow_provider_pgsync.triggers.checks import Payload, check_phase, phase_event
-from airflow_provider_pgsync.triggers.table_phase import (
-    TablePhaseTrigger,
-    check_state_backend,
-    state_location,
-)
+from airflow_provider_pgsync.triggers.table_phase import TablePhaseTrigger, state_location
 
 
 class PgTablePhaseSensor(PgSyncSensor):

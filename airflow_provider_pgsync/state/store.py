@@ -8,6 +8,16 @@ from typing import Protocol, runtime_checkable
 from airflow_provider_pgsync.errors import ConfigError, StateConflictError
 from airflow_provider_pgsync.state.model import PipelineState
 
+STATE_BACKENDS = ("variables", "postgres")
+"""Where a pipeline's state can live: Airflow Variables, or a table in a PostgreSQL database."""
+
+
+def check_state_backend(backend: str) -> str:
+    """``backend`` if it is a known state backend; ConfigError listing them otherwise."""
+    if backend not in STATE_BACKENDS:
+        raise ConfigError(f"state_backend {backend!r} is unknown; use one of {', '.join(STATE_BACKENDS)}")
+    return backend
+
 
 @runtime_checkable
 class StateStore(Protocol):

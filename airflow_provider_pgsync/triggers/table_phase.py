@@ -6,25 +6,17 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.postgres_state_store import TABLE as STATE_TABLE
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
 from airflow_provider_pgsync.hooks.variable_state_store import VariableStateStore
-from airflow_provider_pgsync.operators.capture import STATE_BACKENDS
 from airflow_provider_pgsync.source.names import TableRef
 from airflow_provider_pgsync.state.followed import pipeline_name
 from airflow_provider_pgsync.state.model import PipelineState, table_key, validate_pipeline_name
+from airflow_provider_pgsync.state.store import check_state_backend
 from airflow_provider_pgsync.triggers.base import PollingTrigger
 from airflow_provider_pgsync.triggers.checks import Payload, check_phase, phase_event
 from airflow_provider_pgsync.triggers.connection import connect
 from airflow_provider_pgsync.triggers.probes import aload_state
-
-
-def check_state_backend(backend: str) -> str:
-    """``backend`` if it is a known state backend; ConfigError listing them otherwise."""
-    if backend not in STATE_BACKENDS:
-        raise ConfigError(f"state_backend {backend!r} is unknown; use one of {', '.join(STATE_BACKENDS)}")
-    return backend
 
 
 def variable_store(conn_id: str) -> VariableStateStore:

@@ -15,7 +15,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_pgsync.dags import build_dags, dag_id
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.pipeline import PipelineConfig
 from airflow_provider_pgsync.state.model import PipelineState
 from airflow_provider_pgsync.state.store import StateStore

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_pgsync.hooks.replication import PgReplicationHook
-from airflow_provider_pgsync.operators.capture import open_state_store
+from airflow_provider_pgsync.hooks.state_stores import open_state_store
 from airflow_provider_pgsync.state.model import Ready
 from tests.apply.lake import lake_session, sort_rows, view_query
 from tests.conftest import Database, MakeReplica

@@ -10,11 +10,9 @@ import pytest
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_provider_pgsync.errors import ConfigError
-from airflow_provider_pgsync.operators import capture as capture_module
 from airflow_provider_pgsync.operators.apply import PgApplyOperator
 from airflow_provider_pgsync.operators.baseline import PgBaselineOperator
 from airflow_provider_pgsync.operators.capture import PgCaptureOperator
-from airflow_provider_pgsync.pipeline import parts as parts_module
 from airflow_provider_pgsync.pipeline.config import PipelineConfig
 from airflow_provider_pgsync.pipeline.parts import (
     SUBMIT_OPTIONS,
@@ -43,7 +41,6 @@ def test_defaults_are_the_operators_defaults() -> None:
     assert state.backend == default_of(PgCaptureOperator, "state_backend")
     assert state.schema == default_of(PgCaptureOperator, "state_schema")
     assert SparkConfig().conn_id == default_of(PgBaselineOperator, "spark_conn_id")
-    assert parts_module.STATE_BACKENDS == capture_module.STATE_BACKENDS
 
 
 def test_submit_options_are_spark_submit_hook_arguments_of_that_type() -> None:

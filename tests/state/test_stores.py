@@ -106,3 +106,30 @@ def test_delete(store: StateStore, pipeline: str) -> None:
     with pytest.raises(StateConflictError, match="it no longer exists"):
         store.save(stale)
     assert store.save(PipelineState(pipeline)).version == 1  # a fresh start works
+
+
+def test_an_unknown_backend_is_refused_everywhere_alike() -> None:
+    """One list of backends (state/store.py) for the config, the factory and every operator."""
+    from airflow_provider_pgsync.errors import ConfigError
+    from airflow_provider_pgsync.hooks.replication import PgReplicationHook
+    from airflow_provider_pgsync.hooks.state_stores import open_state_store
+    from airflow_provider_pgsync.operators.apply import PgApplyOperator
+    from airflow_provider_pgsync.pipeline import PipelineConfig
+    from airflow_provider_pgsync.state.store import STATE_BACKENDS
+
+    expected = r"state_backend 'redis' is unknown; use one of variables, postgres"
+    assert STATE_BACKENDS == ("variables", "postgres")
+    with pytest.raises(ConfigError, match=expected):
+        open_state_store("redis", PgReplicationHook(postgres_conn_id="unused"))
+    with pytest.raises(ConfigError, match=expected):
+        PgApplyOperator(
+            task_id="apply",
+            pipeline="p",
+            changelog_uri="/unused",
+            destinations=[{"kind": "lake"}],
+            state_backend="redis",
+        )
+    with pytest.raises(ConfigError, match=r"state\.backend.*'redis'.*variables.*postgres"):
+        PipelineConfig.from_mapping(
+            {"name": "p", "source_conn_id": "db", "tables": ["a"], "state": {"backend": "redis"}}
+        )
