@@ -40,10 +40,10 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 # optimising tier and the parallel collector cost more CPU than they save (measured on a
 # 2-core machine: a baseline test 70-77 s instead of 101-119 s). spark-submit passes this to
 # every driver JVM (spark-submit, pyspark sessions, spark-sql). pgsync itself adds neither:
-# both are settings of the machine (dev/machine_settings.py), off in production.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-# The operators' own driver archive (hooks/spark_class_archive.py, off by default) is on here,
-# in the checkout, as in make demo; the tests' own archive (below) comes first.
+# the collector is the tests' choice; the quick JIT and the operators' own driver archive
+# (hooks/spark_class_archive.py, in the checkout; the tests' own archive below comes first)
+# are the machine's settings (dev/machine_settings.py), as in make demo, off in production.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:+UseSerialGC")
 machine_settings.use()
 
 

@@ -31,6 +31,7 @@ RUN_VARIABLE = "PGSYNC_TEST_SPARK_STARTS"
 """The folder of this run's driver logs, set by the controller and inherited by its workers."""
 _OPTIONS = "SPARK_SUBMIT_OPTS"
 _LOG_OPTION = "-Xlog:gc+init=info,gc+heap+exit=info:file={folder}/jvm-%p-%t.log:time,uptime"
+_LOG_KEY = _LOG_OPTION.split("=", 1)[0]  # how the counting option begins, whatever its folder
 _UNSAFE = re.compile(r"[\s,:='\"]")  # the JVM's -Xlog syntax would split the path there
 _LINE = re.compile(r"^\[(?P<time>[^\]]+)\]\[(?P<uptime>[0-9.]+)s\] (?P<text>.*)$")
 _base_options: str | None = None
@@ -75,13 +76,18 @@ def enter(folder: Path, nodeid: str) -> None:
     os.environ[_OPTIONS] = f"{_base_options} {_LOG_OPTION.format(folder=test_folder)}".strip()
 
 
+def count_option() -> str:
+    """Of ``SPARK_SUBMIT_OPTS``, only the option by which a driver's start is counted (this
+    test's log folder), for a test that gives its drivers none of the others."""
+    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if w.startswith(_LOG_KEY))
+
+
 def base_options() -> str:
     """``SPARK_SUBMIT_OPTS`` without the option that makes a driver log into a test's folder (for
     the resident drivers, ``tests/support/resident_spark.py``, which are counted apart)."""
     if _base_options is not None:
         return _base_options
-    ours = _LOG_OPTION.split("=", 1)[0]
-    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if not w.startswith(ours))
+    return " ".join(w for w in os.environ.get(_OPTIONS, "").split() if not w.startswith(_LOG_KEY))
 
 
 def resident(jobs: int) -> None:

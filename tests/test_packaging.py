@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import sys
+from collections.abc import Mapping
 from importlib.metadata import distributions, packages_distributions, requires, version
 from pathlib import Path
 
@@ -44,19 +46,33 @@ def _declared() -> set[str]:
     return {_canonical(Requirement(r).name) for r in requires(DISTRIBUTION) or [] if "extra ==" not in r}
 
 
+@functools.cache
+def _top_level_owners() -> Mapping[str, list[str]]:
+    """``{top-level module: distributions installing it}`` (read once)."""
+    return packages_distributions()
+
+
+@functools.cache
+def _airflow_files() -> dict[Path, str]:
+    """``{file: distribution}`` of Airflow's and its providers' installed files (read once)."""
+    found: dict[Path, str] = {}
+    for dist in distributions():
+        name = _canonical(dist.metadata["Name"] or "")
+        if name.startswith("apache-airflow"):
+            for file in dist.files or []:
+                if file.suffix == ".py":
+                    found[Path(str(dist.locate_file(file))).resolve()] = AIRFLOW_PARTS.get(name, name)
+    return found
+
+
 def _installed_by(module: str) -> str:
     """The distribution whose files hold ``module``: Airflow and its providers share the
     ``airflow`` package, so an ``airflow...`` import is traced to its file."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin, f"{module} is not installed"
     origin = Path(spec.origin).resolve()
-    for dist in distributions():
-        name = dist.metadata["Name"] or ""
-        if name.startswith("apache-airflow"):
-            for file in dist.files or []:
-                if file.name == origin.name and Path(str(dist.locate_file(file))).resolve() == origin:
-                    return AIRFLOW_PARTS.get(_canonical(name), _canonical(name))
-    raise AssertionError(f"no distribution installed {module} ({origin})")
+    assert origin in _airflow_files(), f"no distribution installed {module} ({origin})"
+    return _airflow_files()[origin]
 
 
 def test_every_distribution_the_package_imports_is_declared() -> None:
@@ -68,7 +84,7 @@ def test_every_distribution_the_package_imports_is_declared() -> None:
         if top == "airflow":
             owners = {_installed_by(module)}
         else:
-            owners = {_canonical(d) for d in packages_distributions().get(top, [])}
+            owners = {_canonical(d) for d in _top_level_owners().get(top, [])}
             assert owners, f"{module} (imported in {where}) belongs to no installed distribution"
         if not owners & declared:
             missing.append(f"{module} ({where}): one of {sorted(owners)}")

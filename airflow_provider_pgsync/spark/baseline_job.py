@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     spec = BaselineJobSpec.from_json(Path(args.spec).read_text())
     started = time.monotonic()
     conf = {k: v for lake in spec.lakes() for k, v in lake.spark_conf().items()}
-    with job_session(spark, f"pgsync baseline {spec.table}", conf, LOG_PREFIX) as session:
+    with job_session(spark, LOG_PREFIX, conf, f"pgsync baseline {spec.table}") as session:
         result = run(session, spec, started=started)
     Path(args.result).write_text(result.to_json())
     return 0 if result.ok else 1

@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     spec = json.loads(Path(args.spec).read_text())
     lake = LakeDestination.from_config(spec["destination"])
     tables = [TableRef.parse(t) for t in spec["tables"]]
-    with job_session(spark, LOG_PREFIX, lake.spark_conf(), LOG_PREFIX) as session:
+    with job_session(spark, LOG_PREFIX, lake.spark_conf()) as session:
         results = run(session, lake, tables)
     Path(args.result).write_text(json.dumps(results))
     return 0 if all("error" not in r for r in results) else 1

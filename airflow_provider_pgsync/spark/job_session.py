@@ -12,16 +12,17 @@ from airflow_provider_pgsync.spark.progress import log_to_stderr
 
 @contextmanager
 def job_session(
-    spark: SparkSession | None, app_name: str, conf: Mapping[str, str], log_prefix: str
+    spark: SparkSession | None, log_prefix: str, conf: Mapping[str, str], app_name: str | None = None
 ) -> Iterator[SparkSession]:
     """``spark`` when given (a session of the caller's process, e.g. the tests' resident driver),
-    left open; else the job's own session with ``conf``, its log lines on stderr (where
-    spark-submit's caller, the task log, reads them), stopped at the end."""
+    left open; else the job's own session with ``conf``, named ``app_name`` (its log prefix by
+    default), its log lines on stderr (where spark-submit's caller, the task log, reads them),
+    stopped at the end."""
     if spark is not None:
         yield spark
         return
     log_to_stderr(log_prefix)
-    builder = SparkSession.builder.appName(app_name)
+    builder = SparkSession.builder.appName(app_name or log_prefix)
     for key, value in conf.items():
         builder = builder.config(key, value)
     own = builder.getOrCreate()

@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.spec).read_text())
     lake = LakeDestination.from_config(spec["destination"])
-    with job_session(spark, LOG_PREFIX, {}, LOG_PREFIX) as session:
+    with job_session(spark, LOG_PREFIX, {}) as session:
         results = run(session, lake, spec["tables"])
     Path(args.result).write_text(json.dumps(results))
     return 0

@@ -21,6 +21,7 @@ from airflow_provider_pgsync.errors import ConfigError
 from airflow_provider_pgsync.hooks.spark_class_archive import DIR_VARIABLE
 from airflow_provider_pgsync.hooks.spark_submit import BaselineSubmitHook, driver_environment
 from airflow_provider_pgsync.operators.compact import PgCompactOperator
+from tests import spark_starts
 
 # the subject is spark-submit itself:
 # not the worker's resident driver (tests/support/resident_spark.py)
@@ -89,12 +90,6 @@ def _no_jit_options() -> str:
     return " ".join(w for w in options if not w.startswith("-XX:Tiered"))
 
 
-def _start_log_option() -> str:
-    """Of the tests' SPARK_SUBMIT_OPTS, only the option by which tests/spark_starts.py counts
-    the driver (no class archive, no JIT, no collector)."""
-    return " ".join(w for w in os.environ.get("SPARK_SUBMIT_OPTS", "").split() if w.startswith("-Xlog:gc"))
-
-
 def _processes_with(marker: str) -> list[int]:
     """The live processes whose environment holds ``marker``."""
     found = []
@@ -135,7 +130,7 @@ def test_a_driver_that_runs_here_keeps_the_jvm_s_jit_and_leaves_nothing_behind(
         monkeypatch.setenv("SPARK_SUBMIT_OPTS", _no_jit_options())
         machine_settings.use()
     else:  # a production worker's: none of the tests' options but the log that counts the driver
-        monkeypatch.setenv("SPARK_SUBMIT_OPTS", _start_log_option())
+        monkeypatch.setenv("SPARK_SUBMIT_OPTS", spark_starts.count_option())
     marker = f"submit-{uuid.uuid4().hex}"
     app, out = tmp_path / "app.py", tmp_path / "level.txt"
     app.write_text(_JIT_APP)
